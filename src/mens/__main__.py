@@ -1,0 +1,5 @@
+"""Run: python -m mens ..."""
+
+from mens.cli.main import main
+
+main()

@@ -1,0 +1,70 @@
+"""The `mens` command: the command table and the error-to-exit-code mapping, nothing else.
+
+Each command group lives in its own module under `mens.cli` and imports heavy libraries (torch,
+transformers) inside the command function, so `mens --help` and the corpus tools start instantly.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from mens.errors import MensError
+
+app = typer.Typer(
+    name="mens",
+    help="Turn a language's own sources and docs into a fine-tuned code assistant that writes code that parses.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
+) -> None:
+    if version:
+        from mens import __version__
+
+        typer.echo(f"mens {__version__}")
+        raise typer.Exit(0)
+    _state["debug"] = debug
+
+
+def _register() -> None:
+    # Command groups: each module exposes `register(app)`. Only commands that work are registered.
+    from mens.cli import vox
+
+    vox.register(app)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the app, map MensError to its exit code with one clear line."""
+    import click
+
+    args = sys.argv[1:] if argv is None else argv
+    _state["debug"] = "--debug" in args
+    try:
+        rv = app(args=args, prog_name="mens", standalone_mode=False)
+    except MensError as e:
+        if _state["debug"]:
+            raise
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        sys.exit(e.exit_code)
+    except click.exceptions.ClickException as e:  # usage errors: bad flag, missing argument
+        e.show()
+        sys.exit(2)
+    except click.exceptions.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:  # `mens vox check --json … | head`
+        sys.exit(0)
+    sys.exit(rv if isinstance(rv, int) else 0)
