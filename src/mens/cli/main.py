@@ -23,16 +23,21 @@ app = typer.Typer(
 _state = {"debug": False}
 
 
-@app.callback()
-def _root(
-    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-) -> None:
-    if version:
+def _print_version(value: bool) -> None:
+    if value:
         from mens import __version__
 
         typer.echo(f"mens {__version__}")
         raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", is_eager=True, callback=_print_version
+    ),
+) -> None:
     _state["debug"] = debug
 
 
@@ -48,7 +53,10 @@ _register()
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app, map MensError to its exit code with one clear line."""
-    import click
+    try:  # typer >= 0.20 vendors click; older typer uses the click package
+        from typer._click.exceptions import ClickException
+    except ImportError:  # pragma: no cover
+        from click.exceptions import ClickException
 
     args = sys.argv[1:] if argv is None else argv
     _state["debug"] = "--debug" in args
@@ -59,10 +67,12 @@ def main(argv: list[str] | None = None) -> None:
             raise
         typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
         sys.exit(e.exit_code)
-    except click.exceptions.ClickException as e:  # usage errors: bad flag, missing argument
+    except ClickException as e:  # usage errors: bad flag, missing argument
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `mens`: help is already printed
+            sys.exit(0)
         e.show()
         sys.exit(2)
-    except click.exceptions.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         sys.exit(130)
     except BrokenPipeError:  # `mens vox check --json … | head`

@@ -1,0 +1,69 @@
+"""The CLI foundation: fast help without torch, errors mapped to exit codes with one clear line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import typer
+
+from mens.cli import main as cli_main
+from mens.errors import ConfigError, GateFailed, MensError
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mens", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_help_lists_commands_without_importing_torch():
+    code = "import sys; from mens.cli import main; main.app; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+    res = _run("--help")
+    assert res.returncode == 0
+    assert "vox" in res.stdout
+
+
+def test_version_prints_package_version():
+    from mens import __version__
+
+    res = _run("--version")
+    assert res.returncode == 0 and __version__ in res.stdout
+
+
+def test_unknown_command_is_usage_error():
+    res = _run("no-such-command")
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize(("exc", "code"), [(ConfigError("bad preset 'x'"), 2), (GateFailed("pass@1 0.1 < 0.5"), 1)])
+def test_mens_errors_map_to_exit_codes_with_one_line(monkeypatch, capsys, exc: MensError, code: int):
+    def boom() -> None:
+        raise exc
+
+    app = typer.Typer()
+    app.command("boom")(boom)
+    app.command("other")(lambda: None)
+    monkeypatch.setattr(cli_main, "app", app)
+    with pytest.raises(SystemExit) as info:
+        cli_main.main(["boom"])
+    assert info.value.code == code
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: {exc}"
+
+
+def test_debug_flag_shows_traceback(monkeypatch):
+    app = typer.Typer()
+
+    @app.callback()
+    def _cb(debug: bool = typer.Option(False, "--debug")) -> None: ...
+
+    @app.command()
+    def boom() -> None:
+        raise ConfigError("x")
+
+    monkeypatch.setattr(cli_main, "app", app)
+    with pytest.raises(ConfigError):
+        cli_main.main(["--debug", "boom"])
