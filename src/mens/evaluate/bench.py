@@ -1,0 +1,119 @@
+"""Benchmark tasks: what is asked, and what a correct answer must declare and contain.
+
+Two formats load: our JSONL (one task a line, with an `expect` object) and the original's
+`vox_mens_bench_manifest_v1` JSON manifest (`benchmarks: [{id, category, description, file?,
+context_files?, semantic_expected_contains?}]`). No torch.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mens.errors import DataError
+
+MANIFEST_SCHEMA = "vox_mens_bench_manifest_v1"
+DEFAULT_BENCH = "vox_default"
+
+
+class Expect(BaseModel):
+    """What the answer's code must show; every listed item is required."""
+
+    model_config = ConfigDict(extra="forbid")
+    decls: list[tuple[str, str]] = Field(default_factory=list, description="(kind, name) pairs that must be declared.")
+    kinds: list[str] = Field(default_factory=list, description="Kinds, exact (endpoint[query]) or base.")
+    names: list[str] = Field(default_factory=list, description="Names that must be declared (any kind).")
+    params: dict[str, list[str]] = Field(
+        default_factory=dict, description="decl name -> parameters, as 'name' or 'name: type', in order."
+    )
+    returns: dict[str, str] = Field(default_factory=dict, description="decl name -> return type after `to`.")
+    contains: list[str] = Field(default_factory=list, description="Substrings the code must contain.")
+    not_contains: list[str] = Field(default_factory=list, description="Substrings the code must not contain.")
+
+
+class BenchTask(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    id: str
+    category: str = "general"
+    prompt: str = Field(description="The request as the user writes it.")
+    expect: Expect = Field(default_factory=Expect)
+    split: str = Field(default="heldout", description="heldout (never trained on) or dev.")
+
+
+def _task_from_manifest(item: dict, bench_dir: Path) -> BenchTask:
+    desc = item.get("description") or ""
+    parts = []
+    ctx = item.get("context_files") or []
+    if ctx:
+        parts.append("You are given the following Vox source files as context (read-only):\n")
+        for rel in ctx:
+            text = (bench_dir / rel).read_text(encoding="utf-8") if (bench_dir / rel).is_file() else ""
+            parts.append(f"### {rel}\n{text}\n")
+        parts.append("---\n\n")
+    body = f"Write a Vox program that: {desc}" if desc else ""
+    file = item.get("file")
+    if file and (bench_dir / file).is_file():
+        text = (bench_dir / file).read_text(encoding="utf-8")
+        spec = f"Primary file `{file}` (starter or spec you may replace):\n```vox\n{text}\n```"
+        body = f"{body}\n\n{spec}" if body else spec
+    parts.append(body)
+    return BenchTask(
+        id=str(item["id"]),
+        category=item.get("category") or "general",
+        prompt="".join(parts),
+        expect=Expect(contains=list(item.get("semantic_expected_contains") or [])),
+    )
+
+
+def load_bench(path: str | Path | None = None) -> list[BenchTask]:
+    """Tasks from a JSONL file, a manifest JSON (or a folder holding manifest.json), or the shipped default."""
+    if path is None or str(path) == DEFAULT_BENCH:
+        text = resources.files("mens.evaluate").joinpath("data", f"{DEFAULT_BENCH}.jsonl").read_text("utf-8")
+        return _load_jsonl(text, f"<mens>/evaluate/data/{DEFAULT_BENCH}.jsonl")
+    p = Path(path)
+    if p.is_dir():
+        p = p / "manifest.json"
+    if not p.is_file():
+        raise DataError(f"bench {path}: no such file; pass a .jsonl of tasks, a manifest.json or its folder")
+    text = p.read_text(encoding="utf-8")
+    if p.suffix == ".json":
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{p}:{e.lineno}: malformed JSON: {e.msg}") from None
+        items = doc.get("benchmarks") if isinstance(doc, dict) else None
+        if not isinstance(items, list):
+            raise DataError(f"{p}: expected a {MANIFEST_SCHEMA} manifest with a 'benchmarks' list")
+        tasks = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or "id" not in item:
+                raise DataError(f"{p}: benchmarks[{i}] needs at least an 'id' and a 'description'")
+            tasks.append(_task_from_manifest(item, p.parent))
+        return tasks
+    return _load_jsonl(text, str(p))
+
+
+def _load_jsonl(text: str, where: str) -> list[BenchTask]:
+    tasks, problems, seen = [], [], set()
+    for no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            task = BenchTask.model_validate_json(line)
+        except ValidationError as e:
+            first = e.errors()[0]
+            problems.append(f"{where}:{no}: {'.'.join(map(str, first['loc'])) or 'task'}: {first['msg']}")
+            continue
+        if task.id in seen:
+            problems.append(f"{where}:{no}: duplicate task id {task.id!r}")
+        seen.add(task.id)
+        tasks.append(task)
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise DataError("invalid bench tasks: " + "; ".join(problems[:5]) + more)
+    if not tasks:
+        raise DataError(f"{where}: no tasks; each line must be a JSON task with id, prompt and expect")
+    return tasks
