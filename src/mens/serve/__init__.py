@@ -1,0 +1,1 @@
+"""HTTP serving: an OpenAI- and Ollama-shaped API over a generation engine, optional Vox-constrained decoding."""
