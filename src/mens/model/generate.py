@@ -77,8 +77,12 @@ class _Detokenizer:
 @torch.no_grad()
 def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int = 256, temperature: float = 0.0,
                   top_p: float = 1.0, seed: int | None = None, stop_ids: set[int] | None = None,
-                  constraint: Constraint | None = None) -> Iterator[str]:
-    """Yield text pieces of the continuation of `input_ids`, one model step at a time."""
+                  constraint: Constraint | None = None, on_token: Callable[[int], None] | None = None
+                  ) -> Iterator[str]:
+    """Yield text pieces of the continuation of `input_ids`, one model step at a time.
+
+    `on_token` is called with each generated token id (stop tokens excluded), e.g. to count usage.
+    """
     stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids
     device = next(model.parameters()).device
     gen = torch.Generator(device="cpu").manual_seed(seed if seed is not None else 0)
@@ -92,6 +96,8 @@ def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int
         token = _pick(logits, temperature, top_p, gen, detok, stop_ids, constraint)
         if token is None or token in stop_ids:
             break
+        if on_token is not None:
+            on_token(token)
         piece = detok.push(token)
         if piece:
             yield piece
