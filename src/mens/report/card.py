@@ -1,0 +1,122 @@
+"""`mens card RUN`: a Hugging Face model card (README.md with YAML metadata) from the run's own files.
+
+Numbers come only from the run's artifacts (benchmark_results.json, run_summary.json, manifest,
+gate_receipt.json); what was not measured is said to be missing, never invented.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from mens.report.runfiles import RunFiles, read_run
+
+
+def _fmt(v) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def _metadata(files: RunFiles) -> dict:
+    m = files.manifest
+    meta = {
+        "base_model": m.get("base_model_id") or m.get("base_model") or "unknown",
+        "library_name": "peft" if m.get("backend") in ("lora", "qlora") else "transformers",
+        "license": m.get("license", "apache-2.0"),
+        "tags": ["mens", "code", "vox", *(["lora"] if m.get("backend") in ("lora", "qlora") else []),
+                 *(["qlora"] if m.get("backend") == "qlora" else [])],
+        "pipeline_tag": "text-generation",
+    }
+    if m.get("data_files") or m.get("data"):
+        meta["datasets"] = [str(x) for x in (m.get("data_files") or [m.get("data")])]
+    metrics = files.bench.get("metrics")
+    if metrics:
+        meta["model-index"] = [{
+            "name": files.run.name,
+            "results": [{
+                "task": {"type": "text-generation", "name": "code generation"},
+                "dataset": {"name": str(files.bench.get("bench", "bench")), "type": "mens-bench"},
+                "metrics": [
+                    {"type": "nonempty_parse_rate", "name": "non-empty parse rate",
+                     "value": metrics.get("nonempty_parse_rate")},
+                    {"type": "pass@1", "name": "task pass@1", "value": metrics.get("pass_at_1")},
+                ],
+            }],
+        }]
+    return meta
+
+
+def _results_section(files: RunFiles) -> list[str]:
+    bench = files.bench
+    if not bench.get("metrics"):
+        return ["## Results", "", "Not evaluated yet: run `mens eval-local RUN --bench B --compare-base`.", ""]
+    rows = []
+    if bench.get("base", {}).get("metrics"):
+        rows.append(("base model (greedy)", bench["base"]["metrics"]))
+    for name, m in (bench.get("modes") or {"tuned": bench["metrics"]}).items():
+        rows.append((f"tuned ({name})", m))
+    lines = ["## Results", "", f"Bench: `{bench.get('bench', '?')}`, {bench['metrics'].get('tasks', '?')} tasks, "
+             f"k = {bench.get('k', 1)} sample(s) per task.", "",
+             "| model | non-empty parse rate | task pass@1 | pass@k | construct coverage |", "|---|---|---|---|---|"]
+    for name, m in rows:
+        lines.append(f"| {name} | {_fmt(m.get('nonempty_parse_rate'))} | {_fmt(m.get('pass_at_1'))} | "
+                     f"{_fmt(m.get('pass_at_k'))} | {_fmt(m.get('coverage'))} |")
+    fails = bench["metrics"].get("failures_by_category") or {}
+    if fails:
+        lines += ["", "Remaining failures (first reason per failing sample): "
+                  + ", ".join(f"{k} {v}" for k, v in fails.items()) + "."]
+    return [*lines, ""]
+
+
+def _gates_section(run: Path) -> list[str]:
+    receipt = run / "gate_receipt.json"
+    if not receipt.is_file():
+        return ["## Gates", "", "No gate was run for this model.", ""]
+    doc = json.loads(receipt.read_text(encoding="utf-8"))
+    lines = ["## Gates", "", f"Overall: {'passed' if doc.get('overall_passed') else 'FAILED'}.", "",
+             "| gate | threshold | value | passed |", "|---|---|---|---|"]
+    for g in doc.get("gates", []):
+        lines.append(f"| {g['gate']} | {g['threshold']} | {_fmt(g['value'])} | {'yes' if g['passed'] else 'no'} |")
+    return [*lines, ""]
+
+
+def build_card(run_dir: str | Path) -> str:
+    files = read_run(run_dir)
+    m, s = files.manifest, files.summary
+    cfg = m.get("config") or {}
+    cfg_rows = "\n".join(f"| {k} | {v} |" for k, v in sorted(cfg.items()) if not isinstance(v, (dict, list)))
+    parts = [
+        "---", yaml.safe_dump(_metadata(files), sort_keys=False).strip(), "---", "",
+        f"# {files.run.name}", "",
+        f"A code assistant for Vox, fine-tuned by mens from `{_metadata(files)['base_model']}` "
+        f"({m.get('backend', 'unknown')} backend). It answers requests with Vox code; the numbers below "
+        "come from this run's own benchmark and say how often that code parses and does what was asked.", "",
+        "## Data", "",
+        f"Training file sha256 `{m.get('data_sha256', '?')}`; {m.get('train_examples', '?')} training and "
+        f"{m.get('val_examples', '?')} validation examples.", "",
+        "## Training", "",
+        f"{s.get('steps', '?')} optimizer steps, final loss {_fmt(s.get('final_loss', '?'))}, "
+        f"{_fmt(s.get('tokens_per_s', '?'))} tokens/s, {_fmt(s.get('wall_time_s', '?'))} s, "
+        f"peak memory {_fmt(s.get('peak_memory_mb', '?'))} MB.", "",
+        *(["| setting | value |", "|---|---|", cfg_rows, ""] if cfg_rows else []),
+        *_results_section(files),
+        *_gates_section(files.run),
+        "## Limits", "",
+        "- Parsing is checked with mens's Vox frontend (upstream parser parity); it does not type-check or run "
+        "the code.",
+        "- The bench covers declaration kinds, names, parameters and required contents; it does not execute "
+        "programs or judge style, and it has few multi-file or UI-behaviour tasks.",
+        "- A small base model: expect simple programs, and check what it writes.", "",
+        "## How to use", "",
+        "```bash", f"mens serve {files.run} --port 8000            # OpenAI- and Ollama-compatible API",
+        f"mens serve {files.run} --constrained vox      # every answer parses",
+        f"mens merge {files.run} -o merged/             # plain Hugging Face model directory", "```", "",
+    ]
+    return "\n".join(parts)
+
+
+def write_card(run_dir: str | Path) -> Path:
+    out = Path(run_dir) / "README.md"
+    out.write_text(build_card(run_dir), encoding="utf-8")
+    return out
