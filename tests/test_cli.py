@@ -67,3 +67,32 @@ def test_debug_flag_shows_traceback(monkeypatch):
     monkeypatch.setattr(cli_main, "app", app)
     with pytest.raises(ConfigError):
         cli_main.main(["--debug", "boom"])
+
+
+def _command_paths() -> list[list[str]]:
+    import typer.main
+
+    root = typer.main.get_command(cli_main.app)
+    paths = []
+
+    def walk(cmd, prefix):
+        subs = getattr(cmd, "commands", None)
+        if not subs:
+            paths.append(prefix)
+            return
+        for name, sub in subs.items():
+            walk(sub, [*prefix, name])
+
+    walk(root, [])
+    return paths
+
+
+def test_every_subcommand_help_exits_zero():
+    from typer.testing import CliRunner
+
+    runner = CliRunner()
+    paths = _command_paths()
+    assert ["vox", "check"] in paths and ["gate"] in paths
+    for path in paths:
+        res = runner.invoke(cli_main.app, [*path, "--help"])
+        assert res.exit_code == 0, (path, res.output)

@@ -1,0 +1,43 @@
+"""After training: `mens gate`, `mens report`, `mens card` (no torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("gate")(gate)
+    app.command("report")(report)
+    app.command("card")(card)
+
+
+def gate(
+    run: Path = typer.Argument(..., help="Run directory holding benchmark_results.json."),
+    gates: Path | None = typer.Option(None, "--gates", help="Gate YAML (min_parse_rate, min_pass_at_1, ...)."),
+) -> int:
+    """Check a run's benchmark against promotion gates; exit 1 with a one-line reason when one fails."""
+    from mens.evaluate.gates import check_gates
+
+    results = check_gates(run, gates)
+    for r in results:
+        typer.echo(f"ok   {r.gate}: {r.value:.3f} >= {r.threshold:.3f}")
+    typer.echo(f"all {len(results)} gate(s) passed; receipt: {run / 'gate_receipt.json'}")
+    return 0
+
+
+def report(run: Path = typer.Argument(..., help="Run directory.")) -> int:
+    """Draw loss, throughput and before/after plots (RUN/plots/) and write RUN/report.html."""
+    from mens.report.html import write_report
+
+    typer.echo(f"wrote {write_report(run)}")
+    return 0
+
+
+def card(run: Path = typer.Argument(..., help="Run directory.")) -> int:
+    """Write the Hugging Face model card RUN/README.md from the run's own results."""
+    from mens.report.card import write_card
+
+    typer.echo(f"wrote {write_card(run)}")
+    return 0
