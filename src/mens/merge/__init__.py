@@ -1,0 +1,1 @@
+"""Adapter -> full weights, and the hand-off to vLLM and Ollama."""

@@ -1,0 +1,56 @@
+"""`external_serving_handoff_v1.json` and an Ollama Modelfile whose template and stops match training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HANDOFF_SCHEMA = "vox_external_serving_handoff_v1"
+
+_CHATML_TEMPLATE = (
+    "{{- if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}"
+    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
+    "<|im_start|>assistant\n"
+)
+
+
+def ollama_modelfile(chat_template: str | None, system_prompt: str | None, stops: list[str]) -> str | None:
+    """A Modelfile for the merged directory, or None when the chat template is not ChatML (set it by hand)."""
+    if not chat_template or "<|im_start|>" not in chat_template:
+        return None
+    lines = ["FROM .", f'TEMPLATE """{_CHATML_TEMPLATE}"""']
+    if system_prompt:
+        lines.append(f'SYSTEM """{system_prompt.strip()}"""')
+    lines += [f'PARAMETER stop "{s}"' for s in stops]
+    lines.append("PARAMETER temperature 0")
+    return "\n".join(lines) + "\n"
+
+
+def write_handoff(out: Path, *, name: str, base_model: str, run_dir: Path, lora_rank: int | None,
+                  modelfile: bool, stops: list[str]) -> Path:
+    """Ready commands for vLLM (merged dir; base + LoRA) and Ollama, next to the merged model."""
+    commands = {
+        "vllm_merged": f"vllm serve {out} --served-model-name {name}",
+        "vllm_base_plus_lora": (f"vllm serve {base_model} --enable-lora --lora-modules {name}={run_dir}"
+                                + (f" --max-lora-rank {lora_rank}" if lora_rank else "")),
+        "transformers": f"AutoModelForCausalLM.from_pretrained({str(out)!r})",
+    }
+    if modelfile:
+        commands["ollama"] = f"cd {out} && ollama create {name} -f Modelfile && ollama run {name}"
+    doc = {
+        "schema": HANDOFF_SCHEMA,
+        "schema_version": 1,
+        "backend_family": "vllm",
+        "base_model": base_model,
+        "artifact_dir": str(out),
+        "adapter_path": str(run_dir),
+        "tokenizer_source": str(out / "tokenizer.json"),
+        "prompt_format": "chatml_im_start" if modelfile else "tokenizer_chat_template",
+        "stop": stops,
+        "commands": commands,
+        "notes": "The merged directory loads with plain transformers; prompts must use its chat template and "
+                 "the training system prompt (see Modelfile / chat_template.jinja).",
+    }
+    path = out / "external_serving_handoff_v1.json"
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return path

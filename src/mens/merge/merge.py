@@ -1,0 +1,113 @@
+"""`mens merge RUN -o OUT`: fold a run's LoRA adapter into full-precision base weights.
+
+A QLoRA run trained against NF4-quantized base weights, so the base is loaded in 4-bit the same way
+and dequantized before merging: the merged weights are then exactly what training saw (W_nf4 + BA),
+not the original W + BA. The result is a plain Hugging Face directory that loads without mens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from mens.errors import ModelError, UsageError
+from mens.merge.handoff import ollama_modelfile, write_handoff
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def weights_sha256(model_dir: str | Path) -> str:
+    """sha256 over the model's *.safetensors files (sorted by name, content only)."""
+    h = hashlib.sha256()
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise ModelError(f"{model_dir}: no *.safetensors weights to hash")
+    for f in files:
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def resolve_base(run: Path) -> tuple[Path, dict]:
+    """The local base model directory of a run, and the run's manifest."""
+    manifest = _read_json(run / "training_manifest.json")
+    adapter_cfg = _read_json(run / "adapter_config.json")
+    base = manifest.get("base_model_path") or adapter_cfg.get("base_model_name_or_path")
+    if not base:
+        raise ModelError(f"{run}: neither training_manifest.json nor adapter_config.json names the base model")
+    base_dir = Path(base)
+    if not (base_dir / "config.json").is_file():
+        raise ModelError(f"base model {base} (from {run}) is not a local model directory with config.json; "
+                         "download it or point base_model_name_or_path in adapter_config.json at a local copy")
+    return base_dir, manifest
+
+
+def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool = True) -> Path:
+    """Merge RUN's adapter into its base and write OUT as a Hugging Face model directory."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, GenerationConfig
+
+    from mens.model.generate import stop_token_ids
+
+    run, out = Path(run_dir), Path(out_dir)
+    missing = [f for f in ADAPTER_FILES if not (run / f).is_file()]
+    if missing:
+        raise ModelError(f"{run}: no adapter to merge (missing {', '.join(missing)}); full fine-tuning runs "
+                         "already hold plain Hugging Face weights")
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(f"target {out} exists and is not empty; choose another -o or remove it first")
+    base_dir, manifest = resolve_base(run)
+    want_sha = manifest.get("base_weights_sha256")
+    if check_sha and want_sha:
+        got = weights_sha256(base_dir)
+        if got != want_sha:
+            raise ModelError(f"base weights in {base_dir} have sha256 {got[:12]}…, but the run was trained on "
+                             f"{want_sha[:12]}…; merge against the exact base the run used")
+    qlora = manifest.get("backend") == "qlora"
+    kwargs: dict = {"dtype": torch.float32}
+    if qlora:
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.float32)
+        kwargs["device_map"] = "cpu"
+    base = AutoModelForCausalLM.from_pretrained(base_dir, **kwargs)
+    if qlora:
+        # NF4 -> float: the weights the adapter was trained against. Must happen before any forward pass:
+        # bitsandbytes repacks 4-bit weights for its CPU kernel on first use, after which dequantize is wrong.
+        base = base.dequantize()
+        base.to(torch.float32)
+    model = PeftModel.from_pretrained(base, run).merge_and_unload()
+    tokenizer = AutoTokenizer.from_pretrained(run if (run / "tokenizer_config.json").is_file() else base_dir)
+
+    tmp = out.with_name(out.name + ".tmp-merge")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    model.save_pretrained(tmp, safe_serialization=True, max_shard_size="2GB")
+    tokenizer.save_pretrained(tmp)
+    stops = sorted(stop_token_ids(tokenizer, model))
+    gen = GenerationConfig(eos_token_id=stops if len(stops) > 1 else stops[0], do_sample=False,
+                           pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0],
+                           bos_token_id=getattr(model.config, "bos_token_id", None))
+    gen.save_pretrained(tmp)
+    stop_strings = [tokenizer.convert_ids_to_tokens(i) for i in stops]
+    system_prompt = manifest.get("system_prompt")
+    modelfile = ollama_modelfile(getattr(tokenizer, "chat_template", None), system_prompt, stop_strings)
+    if modelfile:
+        (tmp / "Modelfile").write_text(modelfile, encoding="utf-8")
+    if out.exists():
+        out.rmdir()  # empty: checked above
+    tmp.replace(out)
+    rank = _read_json(run / "adapter_config.json").get("r")
+    write_handoff(out, name=run.name, base_model=str(base_dir), run_dir=run, lora_rank=rank,
+                  modelfile=modelfile is not None, stops=stop_strings)
+    return out
