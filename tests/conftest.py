@@ -37,3 +37,65 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tiny_tokenizer(texts=None, vocab_size: int = 280):
+    """A byte-level BPE trained in-process (well under a second) with a ChatML template."""
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts or ["fn add(a: int) to int { return a + 1 }"] * 10, trainer)
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>")
+    hf.chat_template = CHAT_TEMPLATE
+    return hf
+
+
+@pytest.fixture
+def make_tiny_run(tmp_path):
+    """Factory: a run directory (tiny Llama base + non-zero LoRA adapter + manifest) built with peft directly."""
+
+    def make(backend: str = "lora", name: str = "run"):
+        import json
+
+        import peft
+        import torch
+        import transformers
+
+        from mens.merge.merge import weights_sha256
+
+        torch.manual_seed(0)
+        tok = build_tiny_tokenizer()
+        cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                       max_position_embeddings=256, eos_token_id=tok.eos_token_id)
+        base_dir, run = tmp_path / f"{name}-base", tmp_path / name
+        transformers.LlamaForCausalLM(cfg).save_pretrained(base_dir)
+        tok.save_pretrained(base_dir)
+        kwargs = {}
+        if backend == "qlora":
+            kwargs = {"quantization_config": transformers.BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                bnb_4bit_compute_dtype=torch.float32), "device_map": "cpu"}
+        base = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, **kwargs)
+        lcfg = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
+                               init_lora_weights=False)  # random, non-zero B: the adapter provably changes outputs
+        model = peft.get_peft_model(base, lcfg).eval()
+        model.save_pretrained(run)
+        tok.save_pretrained(run)
+        manifest = {"backend": backend, "base_model_path": str(base_dir),
+                    "base_weights_sha256": weights_sha256(base_dir), "system_prompt": "You write Vox."}
+        (run / "training_manifest.json").write_text(json.dumps(manifest))
+        return model, run, base_dir
+
+    return make

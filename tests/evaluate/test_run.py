@@ -57,3 +57,24 @@ def test_parse_and_retry_resamples_unparseable_answers():
     retry = run_bench(gen, TASKS[:1], PY, k=1, decoding=Decoding(name="retry", retries=2))
     assert retry["metrics"]["nonempty_parse_rate"] == 1.0
     assert retry["results"][0]["samples"][0]["attempts"] == 2
+
+
+def test_evaluate_model_reports_modes_and_gain_over_base():
+    from mens.evaluate.local import evaluate_model
+
+    tuned, calls = scripted({"write add": ["def add(a, b):\n    return a + b\n"],
+                             "write Point": ["class Point:\n    pass\n"]})
+    base, _ = scripted({"write add": ["Sure! Here is some text."], "write Point": ["class (:"]})
+    report = evaluate_model(tuned, TASKS, PY, modes=["greedy", "constrained"], k=1, max_new_tokens=32,
+                            base_generate=base)
+    assert set(report["modes"]) == {"greedy", "constrained"}
+    assert report["metrics"]["pass_at_1"] == 1.0
+    assert report["base"]["metrics"]["nonempty_parse_rate"] == 0.0
+    assert report["metrics"]["gain_over_base"] == 1.0
+    assert [c[3] for c in calls] == [False, False, True, True]  # constrained flag reaches the generator
+    import pytest
+
+    from mens.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown decoding mode"):
+        evaluate_model(tuned, TASKS, PY, modes=["beam"], k=1, max_new_tokens=8)

@@ -43,9 +43,10 @@ def _root(
 
 def _register() -> None:
     # Command groups: each module exposes `register(app)`. Only commands that work are registered.
-    from mens.cli import after, vox
+    from mens.cli import after, models, vox
 
     vox.register(app)
+    models.register(app)
     after.register(app)
 
 

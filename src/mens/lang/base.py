@@ -70,3 +70,7 @@ class Language(Protocol):
     def base_kind(self, kind: str) -> str:
         """The construct a reported kind belongs to: `fn[pub+async]` -> `fn`, `endpoint[query]` -> `endpoint`."""
         ...
+
+    def viable_prefix(self, text: str) -> bool:
+        """True when `text` can still be completed into code that parses (used by constrained decoding)."""
+        ...

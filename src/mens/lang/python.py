@@ -57,5 +57,15 @@ class PythonLanguage:
     def base_kind(self, kind: str) -> str:
         return kind.split("[", 1)[0]
 
+    def viable_prefix(self, text: str) -> bool:
+        """Parses, or fails only because the input ended early (open bracket, string or block)."""
+        res = self.parse(text)
+        if res.ok:
+            return True
+        err = res.first_error
+        msg = err.message if err else ""
+        eof_msgs = ("was never closed", "unexpected EOF", "expected an indented block", "unterminated")
+        return any(m in msg for m in eof_msgs)
+
 
 PYTHON = PythonLanguage()

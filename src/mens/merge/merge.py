@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mens.errors import ModelError, UsageError
 from mens.merge.handoff import ollama_modelfile, write_handoff
+from mens.model.inference import SYSTEM_PROMPT_FILE, resolve_base
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -29,24 +30,6 @@ def weights_sha256(model_dir: str | Path) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
     return h.hexdigest()
-
-
-def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
-def resolve_base(run: Path) -> tuple[Path, dict]:
-    """The local base model directory of a run, and the run's manifest."""
-    manifest = _read_json(run / "training_manifest.json")
-    adapter_cfg = _read_json(run / "adapter_config.json")
-    base = manifest.get("base_model_path") or adapter_cfg.get("base_model_name_or_path")
-    if not base:
-        raise ModelError(f"{run}: neither training_manifest.json nor adapter_config.json names the base model")
-    base_dir = Path(base)
-    if not (base_dir / "config.json").is_file():
-        raise ModelError(f"base model {base} (from {run}) is not a local model directory with config.json; "
-                         "download it or point base_model_name_or_path in adapter_config.json at a local copy")
-    return base_dir, manifest
 
 
 def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool = True) -> Path:
@@ -104,10 +87,12 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     modelfile = ollama_modelfile(getattr(tokenizer, "chat_template", None), system_prompt, stop_strings)
     if modelfile:
         (tmp / "Modelfile").write_text(modelfile, encoding="utf-8")
+    if system_prompt:  # serve and eval-local use the same prompt as training
+        (tmp / SYSTEM_PROMPT_FILE).write_text(system_prompt, encoding="utf-8")
     if out.exists():
         out.rmdir()  # empty: checked above
     tmp.replace(out)
-    rank = _read_json(run / "adapter_config.json").get("r")
+    rank = json.loads((run / "adapter_config.json").read_text(encoding="utf-8")).get("r")
     write_handoff(out, name=run.name, base_model=str(base_dir), run_dir=run, lora_rank=rank,
                   modelfile=modelfile is not None, stops=stop_strings)
     return out

@@ -1,0 +1,108 @@
+"""Commands that load a model: `mens eval-local`, `mens merge` (aliases merge-qlora, merge-adapter), `mens serve`.
+
+torch and transformers are imported inside each command, never at CLI start.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mens.errors import UsageError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval-local")(eval_local)
+    app.command("merge")(merge)
+    app.command("merge-qlora", hidden=True)(merge)
+    app.command("merge-adapter", hidden=True)(merge)
+    app.command("serve")(serve)
+
+
+def eval_local(
+    path: Path = typer.Argument(..., help="Run directory (base + adapter) or model directory."),
+    bench: str = typer.Option("vox_default", "--bench", help="Bench JSONL, manifest.json, or vox_default."),
+    k: int = typer.Option(1, "--k", min=1, help="Samples per task (k > 1 samples at temperature 0.7)."),
+    modes: str = typer.Option("greedy", "--modes", help="Comma list of decoding modes: greedy, retry, constrained."),
+    compare_base: bool = typer.Option(False, "--compare-base", help="Also evaluate the base model (greedy)."),
+    split: str = typer.Option("heldout", "--split", help="Bench split: heldout, dev or all."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Evaluate only the first N tasks."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Report path (RUN/benchmark_results.json)."),
+    gates: Path | None = typer.Option(None, "--gates", help="Check these gates after evaluating (exit 1 on a miss)."),
+    language: str = typer.Option("vox", "--language"),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+) -> int:
+    """Generate answers to a bench, parse and check them; report parse rate, pass@k, failures."""
+    from rich.progress import Progress
+
+    from mens.evaluate.local import eval_local as run
+
+    with Progress(transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(mode: str, i: int, n: int) -> None:
+            if mode not in tasks:
+                tasks[mode] = bar.add_task(f"eval {mode}", total=n)
+            bar.update(tasks[mode], completed=i)
+
+        out = run(path, bench, language=language, k=k, modes=[m.strip() for m in modes.split(",") if m.strip()],
+                  compare_base=compare_base, split=split, limit=limit, max_new_tokens=max_new_tokens,
+                  output=output, device=device, progress=progress)
+    import json
+
+    report = json.loads(out.read_text(encoding="utf-8"))
+    for mode, m in report["modes"].items():
+        typer.echo(f"{mode:12s} non-empty parse rate {m['nonempty_parse_rate']:.3f}  pass@1 {m['pass_at_1']:.3f}  "
+                   f"pass@{k} {m['pass_at_k']:.3f}  coverage {m['coverage']:.3f}")
+    if "base" in report:
+        b = report["base"]["metrics"]
+        typer.echo(f"{'base':12s} non-empty parse rate {b['nonempty_parse_rate']:.3f}  pass@1 {b['pass_at_1']:.3f}")
+    typer.echo(f"wrote {out}")
+    if gates is not None:
+        from mens.evaluate.gates import check_gates
+
+        if out.parent.resolve() != Path(path).resolve() or out.name != "benchmark_results.json":
+            raise UsageError("--gates needs the report in the run directory; drop --output")
+        check_gates(path, gates)
+        typer.echo("gates passed")
+    return 0
+
+
+def merge(
+    run: Path = typer.Argument(..., help="Run directory with a LoRA/QLoRA adapter."),
+    output: Path = typer.Option(..., "--output", "-o", help="New directory for the merged model."),
+    skip_sha_check: bool = typer.Option(False, "--skip-sha-check", help="Merge even if the base weights changed."),
+) -> int:
+    """Merge the adapter into full-precision base weights: a plain Hugging Face model directory."""
+    from mens.merge.merge import merge_adapter
+
+    out = merge_adapter(run, output, check_sha=not skip_sha_check)
+    typer.echo(f"merged model: {out}\nserving hand-off: {out / 'external_serving_handoff_v1.json'}")
+    return 0
+
+
+def serve(
+    path: Path = typer.Argument(..., help="Run directory (base + adapter) or merged/model directory."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)."),
+    port: int = typer.Option(8000, "--port"),
+    constrained: str | None = typer.Option(None, "--constrained", help="Constrain every answer to a language: vox."),
+    api_key: str | None = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY'."),
+    max_tokens_limit: int = typer.Option(2048, "--max-tokens-limit", min=1),
+    device: str = typer.Option("auto", "--device"),
+) -> int:
+    """Serve OpenAI- and Ollama-compatible endpoints; with --constrained vox every answer parses."""
+    import uvicorn
+
+    from mens.lang import get_language
+    from mens.model.inference import load_for_inference
+    from mens.serve.app import create_app
+    from mens.serve.hf_engine import HFEngine
+
+    lang = get_language(constrained) if constrained else None
+    engine = HFEngine(load_for_inference(path, device=device), lang)
+    app = create_app(engine, api_key=api_key, max_tokens_limit=max_tokens_limit, constrained_default=lang is not None)
+    typer.echo(f"serving {engine.model_id} on http://{host}:{port} (OpenAI: /v1, Ollama: /api)")
+    uvicorn.run(app, host=host, port=port, log_level="info")
+    return 0

@@ -1,0 +1,99 @@
+"""`mens eval-local RUN|MODEL_DIR --bench B`: generate answers to a bench, check them, write the report.
+
+The tuned model is evaluated in each requested decoding mode (greedy, parse-and-retry, constrained);
+with `--compare-base` the base model answers the same tasks (greedy) in the same run. Results go to
+`benchmark_results.json` in the run directory (or --output), with the failing outputs listed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from mens.errors import UsageError
+from mens.evaluate.bench import DEFAULT_BENCH, BenchTask, load_bench
+from mens.evaluate.run import RESULTS_SCHEMA, Decoding, Generate, failing_outputs, run_bench
+from mens.lang import Language, get_language
+
+MODES = {
+    "greedy": Decoding(name="greedy"),
+    "retry": Decoding(name="retry", retries=2),
+    "constrained": Decoding(name="constrained", constrained=True),
+}
+
+
+def generate_fn(loaded, lang: Language) -> Generate:
+    """A Generate callable over a loaded model (chat template and system prompt as in training)."""
+    from mens.model.generate import chat_input_ids, stream_tokens
+    from mens.serve.hf_engine import language_constraint
+
+    def generate(messages, max_new_tokens, temperature, seed, constrained) -> str:
+        ids = chat_input_ids(loaded.tokenizer, messages, loaded.system_prompt)
+        constraint = language_constraint(lang) if constrained else None
+        return "".join(stream_tokens(loaded.model, loaded.tokenizer, ids, max_new_tokens=max_new_tokens,
+                                     temperature=temperature, seed=seed, constraint=constraint))
+
+    return generate
+
+
+def select_tasks(tasks: list[BenchTask], split: str, limit: int | None) -> list[BenchTask]:
+    if split != "all":
+        tasks = [t for t in tasks if t.split == split]
+    if not tasks:
+        raise UsageError(f"no bench tasks in split {split!r}; use --split all or heldout/dev")
+    return tasks[:limit] if limit else tasks
+
+
+def evaluate_model(generate: Generate, tasks: list[BenchTask], lang: Language, *, modes: list[str], k: int,
+                   max_new_tokens: int, base_generate: Generate | None = None,
+                   progress: Callable[[str, int, int], None] | None = None) -> dict:
+    """Run every mode (and the base model, greedy) and assemble one report."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise UsageError(f"unknown decoding mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
+    reports = {}
+    for mode in modes:
+        decoding = MODES[mode] if k == 1 else Decoding(**{**MODES[mode].__dict__, "temperature": 0.7})
+        reports[mode] = run_bench(generate, tasks, lang, k=k, decoding=decoding, max_new_tokens=max_new_tokens,
+                                  progress=(lambda i, n, m=mode: progress(m, i, n)) if progress else None)
+    main = reports[modes[0]]
+    out = {"schema": RESULTS_SCHEMA, "k": k, "max_new_tokens": max_new_tokens, "main_mode": modes[0],
+           "metrics": main["metrics"], "modes": {m: r["metrics"] for m, r in reports.items()},
+           "failures": failing_outputs(main), "results": main["results"],
+           "results_by_mode": {m: r["results"] for m, r in reports.items() if m != modes[0]}}
+    if base_generate is not None:
+        base = run_bench(base_generate, tasks, lang, k=1, decoding=MODES["greedy"], max_new_tokens=max_new_tokens,
+                         progress=(lambda i, n: progress("base", i, n)) if progress else None)
+        out["base"] = {"metrics": base["metrics"], "results": base["results"]}
+        out["metrics"]["gain_over_base"] = round(
+            main["metrics"]["nonempty_parse_rate"] - base["metrics"]["nonempty_parse_rate"], 4)
+        out["metrics"]["pass_gain_over_base"] = round(main["metrics"]["pass_at_1"] - base["metrics"]["pass_at_1"], 4)
+    return out
+
+
+def eval_local(path: str | Path, bench: str | None = None, *, language: str = "vox", k: int = 1,
+               modes: list[str] | None = None, compare_base: bool = False, split: str = "heldout",
+               limit: int | None = None, max_new_tokens: int = 256, output: str | Path | None = None,
+               device: str = "auto", progress=None) -> Path:
+    """Evaluate a run or model directory on a bench; returns the path of the written report."""
+    from mens.model.inference import load_for_inference, resolve_base
+
+    p = Path(path)
+    lang = get_language(language)
+    tasks = select_tasks(load_bench(bench), split, limit)
+    loaded = load_for_inference(p, device=device)
+    base_generate = None
+    if compare_base:
+        if loaded.kind != "run":
+            raise UsageError(f"--compare-base needs a run directory (base + adapter); {p} is a model directory")
+        base_dir, _ = resolve_base(p)
+        base_loaded = load_for_inference(base_dir, device=device)
+        base_loaded.system_prompt = loaded.system_prompt  # the same prompt: the comparison is about the weights
+        base_generate = generate_fn(base_loaded, lang)
+    report = evaluate_model(generate_fn(loaded, lang), tasks, lang, modes=modes or ["greedy"], k=k,
+                            max_new_tokens=max_new_tokens, base_generate=base_generate, progress=progress)
+    report.update({"model": str(p), "bench": str(bench or DEFAULT_BENCH), "split": split, "language": language})
+    out = Path(output) if output else (p / "benchmark_results.json" if p.is_dir() else Path("benchmark_results.json"))
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return out

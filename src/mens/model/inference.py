@@ -1,0 +1,87 @@
+"""Load what a user points at for inference: a run directory (base + adapter), a merged or plain model directory.
+
+A QLoRA run is loaded as it was trained: base in NF4 (double quant) with the adapter on top, so what is
+served is what was trained. The system prompt travels with the model: `training_manifest.json`
+(`system_prompt`) in a run directory, `system_prompt.txt` in a merged directory.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from mens.errors import ModelError
+
+SYSTEM_PROMPT_FILE = "system_prompt.txt"
+
+
+@dataclass
+class LoadedModel:
+    model: object
+    tokenizer: object
+    system_prompt: str | None
+    model_id: str
+    kind: str
+    """"run" (base + adapter) or "model" (a merged or plain Hugging Face directory)."""
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def resolve_base(run: Path) -> tuple[Path, dict]:
+    """The local base model directory of a run, and the run's manifest."""
+    manifest = _read_json(run / "training_manifest.json")
+    adapter_cfg = _read_json(run / "adapter_config.json")
+    base = manifest.get("base_model_path") or adapter_cfg.get("base_model_name_or_path")
+    if not base:
+        raise ModelError(f"{run}: neither training_manifest.json nor adapter_config.json names the base model")
+    base_dir = Path(base)
+    if not (base_dir / "config.json").is_file():
+        raise ModelError(f"base model {base} (from {run}) is not a local model directory with config.json; "
+                         "download it or point base_model_name_or_path in adapter_config.json at a local copy")
+    return base_dir, manifest
+
+
+def _device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def load_for_inference(path: str | Path, *, device: str = "auto") -> LoadedModel:
+    """Model + tokenizer + system prompt from a run directory or a model directory, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    p = Path(path)
+    dev = _device(device)
+    if (p / "adapter_config.json").is_file():
+        from peft import PeftModel
+
+        base_dir, manifest = resolve_base(p)
+        kwargs: dict = {"dtype": torch.bfloat16 if dev == "cuda" else torch.float32}
+        if manifest.get("backend") == "qlora":
+            kwargs["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                bnb_4bit_compute_dtype=kwargs["dtype"])
+            kwargs["device_map"] = dev
+        base = AutoModelForCausalLM.from_pretrained(base_dir, **kwargs)
+        if "device_map" not in kwargs:
+            base.to(dev)
+        model = PeftModel.from_pretrained(base, p)
+        tok_dir = p if (p / "tokenizer_config.json").is_file() else base_dir
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        return LoadedModel(model.eval(), tokenizer, manifest.get("system_prompt"), p.name, "run")
+    if (p / "config.json").is_file():
+        model = AutoModelForCausalLM.from_pretrained(p, dtype=torch.bfloat16 if dev == "cuda" else torch.float32)
+        model.to(dev)
+        tokenizer = AutoTokenizer.from_pretrained(p)
+        sp = p / SYSTEM_PROMPT_FILE
+        system_prompt = sp.read_text(encoding="utf-8") if sp.is_file() else None
+        return LoadedModel(model.eval(), tokenizer, system_prompt, p.name, "model")
+    raise ModelError(f"{p}: not a run directory (adapter_config.json) nor a model directory (config.json); "
+                     "pass the --output-dir of `mens train`, or the -o of `mens merge`")

@@ -1,0 +1,41 @@
+"""The real engine: a loaded Hugging Face model (run or merged directory) behind the `Engine` protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from mens.lang import Language
+from mens.model.generate import Constraint, chat_input_ids, stream_tokens
+from mens.model.inference import LoadedModel
+from mens.serve.engine import GenerationRequest, Usage
+
+
+def language_constraint(lang: Language) -> Constraint:
+    """Decode only text that stays a viable prefix of `lang`; stop only when it is finished code."""
+    return Constraint(viable=lang.viable_prefix, complete=lambda text: lang.parse(text).has_code)
+
+
+class HFEngine:
+    def __init__(self, loaded: LoadedModel, language: Language | None = None):
+        self.loaded = loaded
+        self.model_id = loaded.model_id
+        self.language = language
+        self.constrained_language = language.name if language is not None else None
+
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        tok = self.loaded.tokenizer
+        if request.messages is not None:
+            return chat_input_ids(tok, request.messages, self.loaded.system_prompt)
+        return tok(request.prompt or "", add_special_tokens=False)["input_ids"]
+
+    def stream(self, request: GenerationRequest, usage: Usage) -> Iterator[str]:
+        ids = self.prompt_ids(request)
+        usage.prompt_tokens = len(ids)
+        constraint = language_constraint(self.language) if request.constrained and self.language else None
+
+        def count(_token: int) -> None:
+            usage.completion_tokens += 1
+
+        yield from stream_tokens(self.loaded.model, self.loaded.tokenizer, ids, max_new_tokens=request.max_tokens,
+                                 temperature=request.temperature, top_p=request.top_p, seed=request.seed,
+                                 constraint=constraint, on_token=count)
