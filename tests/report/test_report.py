@@ -22,11 +22,13 @@ def run_dir(tmp_path):
     (tmp_path / "training_manifest.json").write_text(json.dumps(
         {"base_model": "smollm2-135m", "backend": "qlora", "config": {"lr": 2e-4, "rank": 16}}))
     (tmp_path / "run_summary.json").write_text(json.dumps({"steps": 20, "final_loss": 0.15, "tokens_per_s": 110.0}))
-    cats = {"fn": {"nonempty_parse_rate": 0.9, "pass_at_1": 0.8}, "test": {"nonempty_parse_rate": 1.0, "pass_at_1": 0.5}}
-    base_cats = {"fn": {"nonempty_parse_rate": 0.0, "pass_at_1": 0.0}, "test": {"nonempty_parse_rate": 0.1, "pass_at_1": 0.0}}
+    cats = {"fn": {"nonempty_parse_rate": 0.9, "pass_at_1": 0.8},
+            "test": {"nonempty_parse_rate": 1.0, "pass_at_1": 0.5}}
+    base_cats = {"fn": {"nonempty_parse_rate": 0.0, "pass_at_1": 0.0},
+                 "test": {"nonempty_parse_rate": 0.1, "pass_at_1": 0.0}}
     bench = {"bench": "vox_default", "k": 1,
-             "metrics": {"tasks": 2, "nonempty_parse_rate": 0.95, "pass_at_1": 0.65, "pass_at_k": 0.65, "coverage": 1.0,
-                         "per_category": cats, "failures_by_category": {"kind": 1}},
+             "metrics": {"tasks": 2, "nonempty_parse_rate": 0.95, "pass_at_1": 0.65, "pass_at_k": 0.65,
+                         "coverage": 1.0, "per_category": cats, "failures_by_category": {"kind": 1}},
              "base": {"metrics": {"nonempty_parse_rate": 0.05, "pass_at_1": 0.0, "per_category": base_cats}}}
     (tmp_path / "benchmark_results.json").write_text(json.dumps(bench))
     return tmp_path
