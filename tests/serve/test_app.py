@@ -105,6 +105,9 @@ def test_ollama_generate_and_chat_ndjson(serve):
     assert httpx.get(f"{base}/api/tags").json()["models"][0]["name"] == "mens-test"
     assert "version" in httpx.get(f"{base}/api/version").json()
     assert httpx.get(f"{base}/health").json()["status"] == "ok"
+    assert httpx.post(f"{base}/api/embeddings", json={"prompt": "x"}).status_code == 501
+    scorecard = httpx.post(f"{base}/generate", json={"prompt": "add", "max_tokens": 64}).json()
+    assert scorecard["text"] == ANSWER and scorecard["tokens_generated"] > 0
 
 
 def test_bad_requests_get_openai_shaped_4xx(serve):

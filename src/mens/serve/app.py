@@ -227,6 +227,21 @@ def create_app(engine: Engine, *, api_key: str | None = None, max_request_bytes:
     async def ollama_version():
         return {"version": __version__}
 
+    @app.post("/api/embeddings")
+    async def ollama_embeddings():
+        return _error(501, "embeddings are not served by mens; this server only generates text",
+                      type_="not_implemented", code="not_implemented")
+
+    @app.post("/generate")
+    async def scorecard_generate(body: CompletionRequest):
+        """The original scorecard's `http_generate` shape: {prompt, max_tokens} -> {text, ...}."""
+        req = _gen_request(messages=[{"role": "user", "content": body.prompt}], max_tokens=body.max_tokens,
+                           temperature=body.temperature, top_p=body.top_p, seed=body.seed, stop=body.stops(),
+                           constrained=body.constrained)
+        text, usage, finish = await _complete(req)
+        return {"text": text, "tokens_generated": usage.completion_tokens, "model": engine.model_id,
+                "object": "text_completion", "choices": [{"text": text, "index": 0, "finish_reason": finish}]}
+
     return app
 
 
