@@ -37,7 +37,7 @@ def check(
     """Parse Vox sources. Exit 0 when all parse, 1 when any fails, 2 on usage or I/O errors."""
     if mode not in ("module", "script"):
         raise UsageError(f"--mode must be 'module' or 'script', got {mode!r}")
-    from mens.lang.vox import VOX
+    from mens.lang.vox import VOX, parse_file_text
 
     files = _collect(paths, VOX.file_extensions)
     if not files:
@@ -50,7 +50,7 @@ def check(
             raise UsageError(f"{f}: cannot read: {e.strerror}") from None
         except UnicodeDecodeError as e:
             raise UsageError(f"{f}: not UTF-8 (byte {e.start}); Vox sources must be UTF-8 text") from None
-        res = VOX.parse(text, mode=mode)  # type: ignore[arg-type]
+        res = parse_file_text(text, str(f), mode)  # `.vox.ui` files parse as reactive modules
         n_failed += not res.ok
         if as_json:
             typer.echo(json.dumps({"path": str(f), "ok": res.ok, "decls": [list(d) for d in res.decls],

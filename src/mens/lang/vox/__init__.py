@@ -1,0 +1,64 @@
+"""The Vox language frontend: `VOX` (the `Language` object), `parse(text, mode)`, `lex(text)`.
+
+Ports the upstream recursive-descent parser (vox-foundation/vox @ 3456cc9) so verdicts match the compiler.
+"""
+
+from __future__ import annotations
+
+from mens.lang.base import Diagnostic, Mode, ParseResult
+from mens.lang.vox.ast import base_kind
+from mens.lang.vox.lexer import Tokens, lex
+from mens.lang.vox.parser import Parser
+from mens.lang.vox.prefix import viable_prefix
+
+CONSTRUCT_KINDS = (
+    "fn", "type_struct", "type_adt", "table", "index", "endpoint", "test", "forall", "scheduled", "loading",
+    "mcp_tool", "mcp_resource", "component", "reactive_module", "fragment", "routes", "url", "state_machine",
+    "workflow", "activity", "actor", "form", "v0_component", "import", "let_const", "back_button", "deep_link",
+    "push", "tokens",
+)
+
+__all__ = ["VOX", "VoxLanguage", "lex", "parse", "parse_file_text", "viable_prefix", "Tokens"]
+
+
+def parse(text: str, mode: Mode = "module", kind: str = "source") -> ParseResult:
+    """Lex and parse; `kind="reactive_module"` is the `.vox.ui` grammar. Never raises."""
+    try:
+        parser = Parser(lex(text), reactive_module=(kind == "reactive_module"))
+        decls = parser.parse_script() if mode == "script" else parser.parse_module()
+        ok = not parser.has_error
+        return ParseResult(ok, [d.as_pair() for d in decls] if ok else [], parser.diags)
+    except (RecursionError, MemoryError, Exception) as exc:  # noqa: BLE001 - the protocol forbids raising
+        diag = Diagnostic("error", 1, 1, f"internal parser error: {type(exc).__name__}: {exc}", "Internal")
+        return ParseResult(False, [], [diag])
+
+
+def parse_file_text(text: str, path: str, mode: Mode = "module") -> ParseResult:
+    """Parse a file's text the way upstream does for its path: `.vox.ui` files are reactive modules."""
+    kind = "reactive_module" if str(path).endswith(".vox.ui") else "source"
+    return parse(text, mode, kind=kind)
+
+
+class VoxLanguage:
+    """The Vox `Language` implementation."""
+
+    name = "vox"
+    file_extensions = (".vox", ".vox.ui")
+    fence_tags = ("vox",)
+    construct_kinds = CONSTRUCT_KINDS
+
+    def parse(self, text: str, mode: Mode = "module", kind: str = "source") -> ParseResult:
+        return parse(text, mode, kind=kind)
+
+    def parse_file_text(self, text: str, path: str, mode: Mode = "module") -> ParseResult:
+        return parse_file_text(text, path, mode)
+
+    def base_kind(self, kind: str) -> str:
+        return base_kind(kind)
+
+    def viable_prefix(self, text: str) -> bool:
+        """True when `text` parses or fails only because it ended early (see `prefix.py`)."""
+        return viable_prefix(text)
+
+
+VOX = VoxLanguage()
