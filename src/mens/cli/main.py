@@ -43,10 +43,11 @@ def _root(
 
 def _register() -> None:
     # Command groups: each module exposes `register(app)`. Only commands that work are registered.
-    from mens.cli import after, models, vox
+    from mens.cli import after, lab, models, vox
 
     vox.register(app)
     models.register(app)
+    lab.register(app)
     after.register(app)
 
 
