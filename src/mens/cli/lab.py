@@ -30,8 +30,8 @@ def pretrain(
 
     cfg = PretrainConfig(steps=steps, seq_len=seq_len, batch_size=batch_size, lr=lr, d_model=d_model,
                          n_layers=n_layers, seed=seed)
-    columns = [TextColumn("pretrain"), BarColumn(), TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"),
-               TimeRemainingColumn()]
+    columns = [TextColumn("pretrain"), BarColumn(),
+               TextColumn("{task.completed}/{task.total} loss {task.fields[loss]}"), TimeRemainingColumn()]
     with Progress(*columns, transient=True) as bar:
         task = bar.add_task("pretrain", total=steps, loss="?")
         summary = run(paths, output, cfg, progress=lambda i, n, loss: bar.update(task, completed=i, loss=f"{loss:.3f}"))
