@@ -8,9 +8,24 @@ from __future__ import annotations
 
 from mens.lang.vox.lexer import lex
 from mens.lang.vox.parser import Parser
+from mens.lang.vox.tokens import DECORATORS, KEYWORDS, PUNCTUATION
 
-# Last characters of tokens that a longer token can start with (`-` of `->`, `<` of `<=`, `.` of `@mcp.tool`).
-_EXTENDABLE_ENDS = frozenset("_-=|</>!+*@.")
+# Words the parser checks by spelling where they matter (they lex as plain identifiers).
+_CONTEXTUAL = (
+    "routes url state_machine partial terminal from any uses key depends_on as rust react style raw_css not_found "
+    "error field on_submit success_redirect error_message required optional hidden label range max_len min_len "
+    "pattern default kind fallback provider secret origins by class tier model query mutation server version path "
+    "git rev branch loader pending color light dark spacing radius shadow font family"
+).split()
+_SPELLINGS = tuple(sorted(KEYWORDS | set(DECORATORS) | set(PUNCTUATION) | set(_CONTEXTUAL)))
+
+
+def _could_grow(word: str) -> bool:
+    """True when `word` is a proper prefix of a spelling the parser treats specially (`t` of `to`, `-` of `->`).
+
+    A rejected number or ordinary name can never become acceptable by growing, so it is not viable.
+    """
+    return any(len(s) > len(word) and s.startswith(word) for s in _SPELLINGS)
 
 
 def _error_at_end(text: str, reactive_module: bool) -> bool | None:
@@ -33,8 +48,10 @@ def viable_prefix(text: str, reactive_module: bool = False) -> bool:
     # The last token may be an unfinished longer token (`-` of `->`, `@te` of `@test`, a half keyword).
     if text and not text[-1].isspace():
         toks = lex(text)
-        extendable = text[-1].isalnum() or text[-1] in _EXTENDABLE_ENDS
-        if extendable and len(toks) >= 2 and toks.offsets[-2] < len(text):
+        start = toks.offsets[-2] if len(toks) >= 2 else len(text)
+        if start > 0 and text[start - 1] == "@":  # `@sear`: a dropped `@` plus the start of a decorator name
+            start -= 1
+        if start < len(text) and _could_grow(text[start:]):
             cut = text[: toks.offsets[-2]]
             if _error_at_end(cut, reactive_module):
                 return True
