@@ -17,7 +17,9 @@ from mens.lang import Language
 
 # Declaration headers whose parameter list we read: `fn name<T>(…)`, `component Name(…)`, …
 _HEADER = r"\b(?:fn|component|workflow|activity|fragment)\s+{name}\s*(?:<[^>(]*>)?\s*\("
-_PLACEHOLDERS = ("todo", "tbd", "placeholder", "not implemented", "unimplemented")
+# Stub markers count only inside comments, as whole words: `input(placeholder="…")` or a `Todo` table are fine.
+_STUB_MARKER = re.compile(r"\b(todo|tbd|fixme|placeholder|not implemented|unimplemented)\b", re.I)
+_COMMENT = re.compile(r"(?://|#)(.*)$", re.M)
 
 
 @dataclass
@@ -72,7 +74,8 @@ def header_signature(code: str, name: str) -> tuple[list[str], str | None] | Non
         depth += {"(": 1, ")": -1}.get(code[i], 0)
         i += 1
     params = [p.split("=", 1)[0].strip() for p in _split_top_level(code[start : i - 1])]
-    ret = re.match(r"\s*(?:to|->)\s*([^{\n]+?)\s*(?:\{|$|\n|uses\b)", code[i:])
+    # `fn f(x: int) uses net to bool {`: the effect clause comes before the return type.
+    ret = re.match(r"\s*(?:uses\b[^{\n]*?)?(?:\bto\b|->)\s*([^{\n]+?)\s*(?:\{|$)", code[i:], re.M)
     return params, (ret.group(1).strip() if ret else None)
 
 
@@ -145,8 +148,7 @@ def check_output(output: str, expect: Expect, lang: Language) -> SampleCheck:
         fails.append(("empty", "parses but declares nothing (comments or bare statements only)"))
     else:
         fails.extend(check_expectations(code, result.decls, expect, lang))
-        low = code.lower()
-        hits = [p for p in _PLACEHOLDERS if p in low]
+        hits = sorted({m.group(1).lower() for c in _COMMENT.finditer(code) for m in _STUB_MARKER.finditer(c.group(1))})
         if hits:
             fails.append(("placeholder", f"placeholder text in the answer: {', '.join(hits)}"))
     return SampleCheck(code=code, non_empty=non_empty, parse_ok=result.ok, has_code=result.has_code,
