@@ -62,3 +62,21 @@ def test_constraint_keeps_only_viable_text_and_ends_when_complete(tiny):
                         max_candidates=400)
     out = "".join(stream_tokens(model, tok, ids, max_new_tokens=12, constraint=digits))
     assert out and all(c in "0123456789" for c in out)
+
+
+def test_vox_constrained_answers_always_parse_even_when_cut_by_the_budget():
+    from mens.lang import get_language
+    from mens.model.lab_tokenizer import build_lab_tokenizer
+    from mens.serve.hf_engine import language_constraint
+    from mens.train.pretrain import PretrainConfig, build_lab_model
+
+    vox = get_language("vox")
+    tok = build_lab_tokenizer()
+    model = build_lab_model(len(tok), PretrainConfig(d_model=32, n_layers=2, n_heads=2)).eval()  # untrained
+    constraint = language_constraint(vox)
+    constraint.max_candidates = len(tok)
+    for seed, budget in [(0, 12), (1, 30), (2, 60)]:
+        ids = tok("fn ", add_special_tokens=False)["input_ids"]
+        out = "".join(stream_tokens(model, tok, ids, max_new_tokens=budget, temperature=1.0, seed=seed,
+                                    stop_ids={tok.eos_token_id}, constraint=constraint))
+        assert vox.parse(out).has_code, repr(out)

@@ -74,3 +74,7 @@ class Language(Protocol):
     def viable_prefix(self, text: str) -> bool:
         """True when `text` can still be completed into code that parses (used by constrained decoding)."""
         ...
+
+    def completion_suffix(self, text: str) -> str | None:
+        """A short suffix that makes an unfinished `text` parse, or None (closes a budget-truncated answer)."""
+        ...

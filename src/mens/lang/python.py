@@ -57,6 +57,12 @@ class PythonLanguage:
     def base_kind(self, kind: str) -> str:
         return kind.split("[", 1)[0]
 
+    def completion_suffix(self, text: str) -> str | None:
+        for suffix in ("", "\n    pass\n", ")\n", "]\n", '"\n', "0\n"):
+            if self.parse(text + suffix).has_code:
+                return suffix
+        return None
+
     def viable_prefix(self, text: str) -> bool:
         """Parses, or fails only because the input ended early (open bracket, string or block)."""
         res = self.parse(text)

@@ -21,6 +21,8 @@ class Constraint:
     complete: Callable[[str], bool]
     max_candidates: int = 48
     """How many of the most likely tokens are tried before giving up and ending the answer."""
+    finish: Callable[[str], str | None] | None = None
+    """Suffix that closes an answer cut off by the token budget (or by a dead end), so it still parses."""
 
 
 def stop_token_ids(tokenizer, model=None) -> set[int]:
@@ -81,20 +83,25 @@ def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int
                   ) -> Iterator[str]:
     """Yield text pieces of the continuation of `input_ids`, one model step at a time.
 
-    `on_token` is called with each generated token id (stop tokens excluded), e.g. to count usage.
+    With a constraint the answer is searched for (with bounded backtracking) and yielded once it is done,
+    since a dead end may take back tokens. `on_token` is called with each kept token id (stop tokens
+    excluded), e.g. to count usage.
     """
     stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids
-    device = next(model.parameters()).device
     gen = torch.Generator(device="cpu").manual_seed(seed if seed is not None else 0)
+    if constraint is not None:
+        yield from _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p, gen, stop_ids,
+                                constraint, on_token)
+        return
+    device = next(model.parameters()).device
     detok = _Detokenizer(tokenizer)
     ids = torch.tensor([input_ids], device=device)
     past = None
     for _ in range(max_new_tokens):
         out = model(input_ids=ids, past_key_values=past, use_cache=True)
         past = out.past_key_values
-        logits = out.logits[0, -1].float().cpu()  # (V,)
-        token = _pick(logits, temperature, top_p, gen, detok, stop_ids, constraint)
-        if token is None or token in stop_ids:
+        token = int(_candidates(out.logits[0, -1].float().cpu(), temperature, top_p, gen, 1)[0])
+        if token in stop_ids:
             break
         if on_token is not None:
             on_token(token)
@@ -105,6 +112,63 @@ def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int
     tail = detok.flush()
     if tail:
         yield tail
+
+
+MAX_BACKTRACKS = 32
+
+
+def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p, gen, stop_ids,
+                 constraint: Constraint, on_token) -> Iterator[str]:
+    """Depth-first decoding over viable prefixes.
+
+    Each step keeps the first candidate (model order) whose text stays viable; a stop token is kept only
+    when the text is finished code. At a dead end the most recent choice is swapped for its next viable
+    alternative (at most MAX_BACKTRACKS times; the cache is rebuilt from the kept prefix). If the budget runs
+    out first, `constraint.finish` closes the text.
+    """
+    device = next(model.parameters()).device
+    detok = _Detokenizer(tokenizer)
+    alternatives: list[list[int]] = []  # per kept token: the candidates not yet tried at that position
+    pending, past, backtracks, done = list(input_ids), None, 0, False
+    while len(detok.ids) < max_new_tokens and not done:
+        out = model(input_ids=torch.tensor([pending], device=device), past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        order = _candidates(out.logits[0, -1].float().cpu(), temperature, top_p, gen, constraint.max_candidates)
+        token, rest = _first_viable(order[: constraint.max_candidates].tolist(), detok, stop_ids, constraint)
+        while token is None and alternatives and backtracks < MAX_BACKTRACKS:
+            backtracks += 1
+            detok.ids.pop()  # take back the latest choice and try what else was viable there
+            token, rest = _first_viable(alternatives.pop(), detok, stop_ids, constraint)
+            past = None  # the cache holds the abandoned path: rebuild it from the kept prefix
+        if token is None:
+            break
+        if token in stop_ids:
+            done = True
+            break
+        detok.ids.append(token)
+        alternatives.append(rest)
+        pending = [token] if past is not None else [*input_ids, *detok.ids]
+    text = detok.text_with()
+    if not done and constraint.finish is not None and not constraint.complete(text):
+        text += constraint.finish(text) or ""
+    if on_token is not None:
+        for token in detok.ids:
+            on_token(token)
+    if text:
+        yield text
+
+
+def _first_viable(order: list[int], detok: _Detokenizer, stop_ids: set[int], constraint: Constraint
+                  ) -> tuple[int | None, list[int]]:
+    """The first acceptable candidate of `order` and the candidates after it."""
+    text = detok.text_with()
+    for i, token in enumerate(order):
+        if token in stop_ids:
+            if constraint.complete(text):
+                return token, order[i + 1 :]
+        elif constraint.viable(detok.text_with(token)):
+            return token, order[i + 1 :]
+    return None, []
 
 
 def _candidates(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator, need: int
@@ -122,19 +186,3 @@ def _candidates(logits: torch.Tensor, temperature: float, top_p: float, gen: tor
     n = int((probs > 0).sum())
     # Sampling without replacement gives the first draw plus fallbacks for the constraint, in one call.
     return torch.multinomial(probs, num_samples=max(1, min(n, need)), replacement=False, generator=gen)
-
-
-def _pick(logits, temperature, top_p, gen, detok: _Detokenizer, stop_ids: set[int],
-          constraint: Constraint | None) -> int | None:
-    order = _candidates(logits, temperature, top_p, gen, constraint.max_candidates if constraint else 1)
-    if constraint is None:
-        return int(order[0])
-    text = detok.text_with()
-    for token in order[: constraint.max_candidates].tolist():
-        if token in stop_ids:
-            if constraint.complete(text):
-                return token
-            continue
-        if constraint.viable(detok.text_with(token)):
-            return token
-    return None  # nothing viable among the likely tokens: end the answer here

@@ -12,7 +12,8 @@ from mens.serve.engine import GenerationRequest, Usage
 
 def language_constraint(lang: Language) -> Constraint:
     """Decode only text that stays a viable prefix of `lang`; stop only when it is finished code."""
-    return Constraint(viable=lang.viable_prefix, complete=lambda text: lang.parse(text).has_code)
+    return Constraint(viable=lang.viable_prefix, complete=lambda text: lang.parse(text).has_code,
+                      finish=getattr(lang, "completion_suffix", None))
 
 
 class HFEngine:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from mens.lang.base import Diagnostic, Mode, ParseResult
 from mens.lang.vox.ast import base_kind
+from mens.lang.vox.complete import completion_suffix
 from mens.lang.vox.lexer import Tokens, lex
 from mens.lang.vox.parser import Parser
 from mens.lang.vox.prefix import viable_prefix
@@ -59,6 +60,10 @@ class VoxLanguage:
     def viable_prefix(self, text: str) -> bool:
         """True when `text` parses or fails only because it ended early (see `prefix.py`)."""
         return viable_prefix(text)
+
+    def completion_suffix(self, text: str) -> str | None:
+        """A short suffix that turns an unfinished prefix into code that parses (see `complete.py`)."""
+        return completion_suffix(text, lambda t: parse(t).has_code, viable_prefix)
 
 
 VOX = VoxLanguage()

@@ -6,6 +6,8 @@ Errors are positional, so a prefix is viable when it parses, or when its first e
 
 from __future__ import annotations
 
+import re
+
 from mens.lang.vox.lexer import lex
 from mens.lang.vox.parser import Parser
 from mens.lang.vox.tokens import DECORATORS, KEYWORDS, PUNCTUATION
@@ -17,15 +19,16 @@ _CONTEXTUAL = (
     "pattern default kind fallback provider secret origins by class tier model query mutation server version path "
     "git rev branch loader pending color light dark spacing radius shadow font family"
 ).split()
-_SPELLINGS = tuple(sorted(KEYWORDS | set(DECORATORS) | set(PUNCTUATION) | set(_CONTEXTUAL)))
+# `//` starts a comment: a trailing `/` may be its first half.
+_SPELLINGS = tuple(sorted(KEYWORDS | set(DECORATORS) | set(PUNCTUATION) | set(_CONTEXTUAL) | {"//"}))
 
 
-def _could_grow(word: str) -> bool:
-    """True when `word` is a proper prefix of a spelling the parser treats specially (`t` of `to`, `-` of `->`).
+def _growths(word: str) -> list[str]:
+    """Spellings the parser treats specially that `word` is a proper prefix of (`t` of `to`, `-` of `->`).
 
-    A rejected number or ordinary name can never become acceptable by growing, so it is not viable.
+    A rejected number or ordinary name can never become acceptable by growing, so it has none.
     """
-    return any(len(s) > len(word) and s.startswith(word) for s in _SPELLINGS)
+    return [s for s in _SPELLINGS if len(s) > len(word) and s.startswith(word)]
 
 
 def _error_at_end(text: str, reactive_module: bool) -> bool | None:
@@ -38,25 +41,42 @@ def _error_at_end(text: str, reactive_module: bool) -> bool | None:
     return parser.first_error_pos is None or parser.first_error_pos == parser.last
 
 
+_STRINGS_AND_COMMENTS = re.compile(r'''//[^\n]*|#[^\n]*|"(?:[^"\\]|\\[^\n])*"|'(?:[^'\\]|\\[^\n])*'|["']''')
+
+
+def _open_quote(text: str) -> str | None:
+    """The quote of a string literal left open at the end of `text` (the lexer would drop it), or None."""
+    last = None
+    for m in _STRINGS_AND_COMMENTS.finditer(text):
+        last = m.group()
+    return last if last in ('"', "'") else None
+
+
+def _in_comment(text: str) -> bool:
+    """True when `text` ends inside a line comment: a `(` appended there adds no token."""
+    return len(lex(text + "(")) == len(lex(text))
+
+
 def viable_prefix(text: str, reactive_module: bool = False) -> bool:
+    quote = _open_quote(text)
+    if quote:  # an open string swallows what follows until it closes: judge the text with the string closed
+        return _error_at_end(text + quote, reactive_module) or False
+    if text and _in_comment(text):  # whatever comes next starts after the comment's newline
+        return viable_prefix(text + "\n", reactive_module)
     if _error_at_end(text, reactive_module):
         return True
-    # An unterminated string is dropped by the lexer; closing it shows whether the code around it is fine.
-    for quote in ('"', "'"):
-        if quote in text and _error_at_end(text + quote, reactive_module):
-            return True
     # The last token may be an unfinished longer token (`-` of `->`, `@te` of `@test`, a half keyword).
     if text and not text[-1].isspace():
         toks = lex(text)
         start = toks.offsets[-2] if len(toks) >= 2 else len(text)
         if start > 0 and text[start - 1] == "@":  # `@sear`: a dropped `@` plus the start of a decorator name
             start -= 1
-        if start < len(text) and _could_grow(text[start:]):
-            cut = text[: toks.offsets[-2]]
-            if _error_at_end(cut, reactive_module):
-                return True
-        # Text after the last token (a dropped `@`, `!`, ...) may start a decorator or `!=`.
-        tail = len(text) if len(toks) < 2 else toks.offsets[-2] + 1
-        if tail < len(text) and _error_at_end(text[: len(text) - 1], reactive_module):
+        # Only growths that the parser would accept right here count: `gi` could become `git`, but not at top level.
+        # A grown `//` opens a comment, after which only a new line can continue.
+        if start < len(text) and any(_error_at_end(text[:start] + (grown if grown != "//" else "//\n"), reactive_module)
+                                     for grown in _growths(text[start:])):
+            return True
+        # A final `@` or `!` lexes as a dropped character, but may be the start of a decorator or of `!=`.
+        if text[-1] in "@!" and _error_at_end(text[:-1], reactive_module):
             return True
     return False

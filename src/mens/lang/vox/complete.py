@@ -1,0 +1,75 @@
+"""Close an unfinished Vox prefix: the shortest suffix from a few repair strategies that makes it parse.
+
+Constrained decoding keeps every step a viable prefix, but a token budget can still run out mid-program.
+Then the open brackets are closed (innermost first, `}` on its own line), after an operand or a closing
+quote when the text stops right after an operator or inside a string. Returns None when nothing works.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mens.lang.vox.lexer import lex
+from mens.lang.vox.prefix import _growths
+
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+
+
+def _closers(text: str) -> str:
+    stack: list[str] = []
+    for kind in lex(text).kinds:
+        if kind in _PAIRS:
+            stack.append(_PAIRS[kind])
+        elif kind in (")", "]", "}") and stack and stack[-1] == kind:
+            stack.pop()
+    return "".join("\n}" if c == "}" else c for c in reversed(stack))
+
+
+# Pieces for the fallback search: closers, a placeholder operand or name, a body, a type, an endpoint kind.
+_PIECES = ("\n", ")", "]", "\n}", '"', " 0", " x", " {}", " f() {}", " query", ":", " int", " = 0", ",", " to int",
+           "\nfn f() {}", " => 0", " type T {}", " state_machine S {}", " fn f() {}", " x from \"y\"")
+MAX_SEARCH = 300
+
+
+def _word_endings(text: str) -> list[str]:
+    """Endings that finish a half-typed keyword or contextual word at the end of `text` (`mut` -> `ation`)."""
+    m = re.search(r"@?[A-Za-z_][A-Za-z0-9_.]*$|[-=!<>|/]$", text)
+    return [grown[len(m.group()):] for grown in _growths(m.group())] if m else []
+
+
+def _search(text: str, parses, viable) -> str | None:
+    """Breadth-first over piece sequences that keep the text viable; the first that parses wins."""
+    queue = [""] + [e for e in _word_endings(text) if viable(text + e)]
+    seen = set(queue)
+    for suffix in queue:
+        if len(seen) > MAX_SEARCH:
+            break
+        for piece in _PIECES:
+            cand = suffix + piece
+            if cand in seen:
+                continue
+            seen.add(cand)
+            if parses(text + cand + _closers(text + cand)):
+                return cand + _closers(text + cand)
+            if viable(text + cand):
+                queue.append(cand)
+    return None
+
+
+def completion_suffix(text: str, parses, viable=None) -> str | None:
+    """A suffix `s` such that `parses(text + s)`; `parses` is the caller's verdict (e.g. parse().has_code).
+
+    Quick repairs first (close brackets after an operand, a quote, a body); then, given `viable`, a
+    bounded search over small pieces.
+    """
+    if parses(text):
+        return ""
+    leads = ("", '"', " 0", "0", "x", "()", " = 0", " f() {}")
+    for lead in (*leads, *("\n" + lead for lead in leads)):  # a newline first ends a trailing comment
+        for mid in ("", " {}"):  # `if cond` needs a block before the enclosing ones close
+            closers = _closers(text + lead + mid)
+            for tail in ("", " {}"):  # `fn f(a` needs its parameter list closed and then a body
+                suffix = lead + mid + closers + tail
+                if parses(text + suffix):
+                    return suffix
+    return _search(text, parses, viable) if viable is not None else None
