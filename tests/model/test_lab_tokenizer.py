@@ -12,7 +12,8 @@ from hypothesis import strategies as st  # noqa: E402
 from mens.model.lab_tokenizer import COMPOUND_TOKENS, VOCAB, build_lab_tokenizer  # noqa: E402
 
 TOK = build_lab_tokenizer()
-SRC = 'component Counter() {\n    state count: int = 0\n\tview: button(on_click=fn() { count = count + 1 }) { "+" }\n}\n'
+SRC = ('component Counter() {\n    state count: int = 0\n'
+       '\tview: button(on_click=fn() { count = count + 1 }) { "+" }\n}\n')
 
 
 def test_vocabulary_layout():

@@ -21,8 +21,8 @@ class Constraint:
     complete: Callable[[str], bool]
     max_candidates: int = 48
     """How many of the most likely tokens are tried before giving up and ending the answer."""
-    finish: Callable[[str], str | None] | None = None
-    """Suffix that closes an answer cut off by the token budget (or by a dead end), so it still parses."""
+    finish: Callable[[str], str] | None = None
+    """The final text for an answer cut off by the token budget or a dead end (closed or cut back to parse)."""
 
 
 def stop_token_ids(tokenizer, model=None) -> set[int]:
@@ -150,7 +150,7 @@ def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p
         pending = [token] if past is not None else [*input_ids, *detok.ids]
     text = detok.text_with()
     if not done and constraint.finish is not None and not constraint.complete(text):
-        text += constraint.finish(text) or ""
+        text = constraint.finish(text)
     if on_token is not None:
         for token in detok.ids:
             on_token(token)

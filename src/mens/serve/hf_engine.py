@@ -11,9 +11,10 @@ from mens.serve.engine import GenerationRequest, Usage
 
 
 def language_constraint(lang: Language) -> Constraint:
-    """Decode only text that stays a viable prefix of `lang`; stop only when it is finished code."""
-    return Constraint(viable=lang.viable_prefix, complete=lambda text: lang.parse(text).has_code,
-                      finish=getattr(lang, "completion_suffix", None))
+    """Decode only text that stays a (clean, where the language says so) viable prefix of `lang`; stop only
+    when it is finished code; close an answer the token budget cut off."""
+    return Constraint(viable=getattr(lang, "clean_viable_prefix", lang.viable_prefix),
+                      complete=lambda text: lang.parse(text).has_code, finish=getattr(lang, "finish_text", None))
 
 
 class HFEngine:

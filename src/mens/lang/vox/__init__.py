@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from mens.lang.base import Diagnostic, Mode, ParseResult
 from mens.lang.vox.ast import base_kind
-from mens.lang.vox.complete import completion_suffix
+from mens.lang.vox.complete import completion_suffix, finish_text
 from mens.lang.vox.lexer import Tokens, lex
 from mens.lang.vox.parser import Parser
-from mens.lang.vox.prefix import viable_prefix
+from mens.lang.vox.prefix import clean_viable_prefix, viable_prefix
 
 CONSTRUCT_KINDS = (
     "fn", "type_struct", "type_adt", "table", "index", "endpoint", "test", "forall", "scheduled", "loading",
@@ -61,9 +61,17 @@ class VoxLanguage:
         """True when `text` parses or fails only because it ended early (see `prefix.py`)."""
         return viable_prefix(text)
 
+    def clean_viable_prefix(self, text: str) -> bool:
+        """`viable_prefix`, and free of characters the lexer drops: what constrained decoding allows."""
+        return clean_viable_prefix(text)
+
     def completion_suffix(self, text: str) -> str | None:
         """A short suffix that turns an unfinished prefix into code that parses (see `complete.py`)."""
         return completion_suffix(text, lambda t: parse(t).has_code, viable_prefix)
+
+    def finish_text(self, text: str) -> str:
+        """An unfinished answer closed (or cut back to a line that can be closed) so that it parses."""
+        return finish_text(text, lambda t: parse(t).has_code, viable_prefix)
 
 
 VOX = VoxLanguage()

@@ -2,7 +2,8 @@
 
 Constrained decoding keeps every step a viable prefix, but a token budget can still run out mid-program.
 Then the open brackets are closed (innermost first, `}` on its own line), after an operand or a closing
-quote when the text stops right after an operator or inside a string. Returns None when nothing works.
+quote when the text stops right after an operator or inside a string; a half-typed keyword is finished.
+`finish_text` falls back to cutting the answer back to its last line that can be closed.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ def _closers(text: str) -> str:
     return "".join("\n}" if c == "}" else c for c in reversed(stack))
 
 
-# Pieces for the fallback search: closers, a placeholder operand or name, a body, a type, an endpoint kind.
-_PIECES = ("\n", ")", "]", "\n}", '"', " 0", " x", " {}", " f() {}", " query", ":", " int", " = 0", ",", " to int",
-           "\nfn f() {}", " => 0", " type T {}", " state_machine S {}", " fn f() {}", " x from \"y\"")
+# Pieces for the fallback search: closers, a placeholder operand, an empty body. Nothing that would invent a
+# declaration, a name or a type: a repair may close what the model opened, not add what it did not write.
+_PIECES = ("\n", ")", "]", "\n}", '"', " 0", " x", " {}", " = 0", ",", " => 0")
 MAX_SEARCH = 300
 
 
@@ -64,7 +65,7 @@ def completion_suffix(text: str, parses, viable=None) -> str | None:
     """
     if parses(text):
         return ""
-    leads = ("", '"', " 0", "0", "x", "()", " = 0", " f() {}")
+    leads = ("", '"', " 0", "0", "x", "()", " = 0")
     for lead in (*leads, *("\n" + lead for lead in leads)):  # a newline first ends a trailing comment
         for mid in ("", " {}"):  # `if cond` needs a block before the enclosing ones close
             closers = _closers(text + lead + mid)
@@ -73,3 +74,21 @@ def completion_suffix(text: str, parses, viable=None) -> str | None:
                 if parses(text + suffix):
                     return suffix
     return _search(text, parses, viable) if viable is not None else None
+
+
+MAX_CUTS = 200
+
+
+def finish_text(text: str, parses, viable) -> str:
+    """`text` closed so that it parses: with a suffix if one works, else cut back (at whitespace, from the
+    end) to the longest head that quick repairs can close. Unchanged when nothing works."""
+    suffix = completion_suffix(text, parses, viable)
+    if suffix is not None:
+        return text + suffix
+    cuts = [i for i in range(len(text) - 1, 0, -1) if text[i].isspace() and not text[i - 1].isspace()]
+    for cut in cuts[:MAX_CUTS]:
+        head = text[:cut]
+        suffix = completion_suffix(head, parses)  # quick repairs only: this loop may run many times
+        if suffix is not None:
+            return head + suffix
+    return text

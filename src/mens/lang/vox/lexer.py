@@ -126,3 +126,13 @@ def lex(text: str) -> Tokens:
     o_append(len(text))
     l_append(line)
     return Tokens(kinds, values, offsets, lines, line_starts)
+
+
+def sloppy_offsets(text: str) -> list[int]:
+    """Offsets of what the lexer silently drops (unknown characters) and of `#` comments.
+
+    Upstream accepts both, so they never affect a verdict; constrained decoding avoids them so that
+    the code it produces is clean, not merely accepted (`ret x` style leniency stays out of answers).
+    """
+    return [m.start() for m in _MASTER.finditer(text)
+            if m.lastgroup == "err" or (m.lastgroup == "com" and m.group().startswith("#"))]

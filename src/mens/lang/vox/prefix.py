@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from mens.lang.vox.lexer import lex
+from mens.lang.vox.lexer import lex, sloppy_offsets
 from mens.lang.vox.parser import Parser
 from mens.lang.vox.tokens import DECORATORS, KEYWORDS, PUNCTUATION
 
@@ -31,14 +31,37 @@ def _growths(word: str) -> list[str]:
     return [s for s in _SPELLINGS if len(s) > len(word) and s.startswith(word)]
 
 
+def _first_error(text: str, reactive_module: bool) -> tuple[int, str] | None:
+    """(token index, message) of the first error and the EOF index, or None when `text` parses."""
+    parser = Parser(lex(text), reactive_module=reactive_module)
+    parser.parse_module()
+    if parser.first_error_pos is None:
+        return None
+    first = next(d for d in parser.diags if d.severity == "error")
+    return parser.first_error_pos - parser.last, first.message
+
+
+# Continuations that move or fix an error caused only by the input ending early. An error that stays the
+# same whatever follows (`@endpoint(kind: )`, reported at the end after `)` was consumed) is not such an error.
+_PROBES = (" x", " |", " (", " {", " 0", ' "s"', "\n}", ")", " =", ":")
+
+
 def _error_at_end(text: str, reactive_module: bool) -> bool | None:
-    """True: parses or fails only at EOF; False: fails earlier; None: the parser itself broke."""
+    """True: parses, or fails only because it ended; False: fails earlier; None: the parser itself broke."""
     try:
-        parser = Parser(lex(text), reactive_module=reactive_module)
-        parser.parse_module()
+        err = _first_error(text, reactive_module)
+        if err is None:
+            return True
+        if err[0] != 0:  # not at EOF
+            return False
+        for probe in _PROBES:
+            after = _first_error(text + probe, reactive_module)
+            # Fixed, changed, or again stuck at the (later) end: the probe was taken, so the end was the problem.
+            if after is None or after[1] != err[1] or after[0] == 0:
+                return True
+        return False
     except Exception:  # noqa: BLE001 - never raise from the decoding hot path
         return None
-    return parser.first_error_pos is None or parser.first_error_pos == parser.last
 
 
 _STRINGS_AND_COMMENTS = re.compile(r'''//[^\n]*|#[^\n]*|"(?:[^"\\]|\\[^\n])*"|'(?:[^'\\]|\\[^\n])*'|["']''')
@@ -80,3 +103,16 @@ def viable_prefix(text: str, reactive_module: bool = False) -> bool:
         if text[-1] in "@!" and _error_at_end(text[:-1], reactive_module):
             return True
     return False
+
+
+_PARTIAL_AT = re.compile(r"@[A-Za-z_.]*")
+
+
+def clean_viable_prefix(text: str, reactive_module: bool = False) -> bool:
+    """A viable prefix with nothing the lexer would drop (`&&`, `;`, backticks, `#` comments), so constrained
+    answers are clean Vox; a final `@` or `!` may still become a decorator or `!=`."""
+    for i in sloppy_offsets(text):
+        unfinished = (text[i] == "!" and i == len(text) - 1) or (text[i] == "@" and _PARTIAL_AT.fullmatch(text, i))
+        if not unfinished:
+            return False
+    return viable_prefix(text, reactive_module)
