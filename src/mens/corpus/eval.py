@@ -1,0 +1,113 @@
+"""`mens corpus eval`: parse rate, non-empty parse rate, construct coverage and category counts of a train file.
+
+A row counts as parsing only when its code parses; it counts as *non-empty* parsing when it also declares
+something (empty or comment-only text parses but is not code). Optional gates in the eval-gates.yaml
+format fail with GateFailed (exit 1). Run: `mens corpus eval train.jsonl -o eval_results.json --gates g.yaml`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from mens.corpus.frontend import resolve_language
+from mens.corpus.jsonl import read_objects, require_input
+from mens.corpus.normalize import code_in_response
+from mens.corpus.progress import track
+from mens.corpus.records import BadLine
+from mens.errors import ConfigError, GateFailed
+
+SAFETY_PHRASES = ("ignore previous instructions", "ignore all above", "disregard your instructions",
+                  "you are now", "new instructions:")
+NON_CODE_LANES = {"vox_tooling", "vox_docs_qa", "vox_speech", "vox_research_expert"}
+
+
+def _answer(row: dict) -> str:
+    if row.get("messages"):
+        return str(row["messages"][-1].get("content", ""))
+    return str(row.get("response") or row.get("output") or "")
+
+
+def evaluate_file(inp: Path, language: str | None = None) -> dict:
+    """The eval results for a train/validated JSONL (see module docstring)."""
+    inp = require_input(inp, "eval")
+    lang = resolve_language(language)
+    cats, kinds = Counter(), Counter()
+    n = n_bad = n_valid = n_unsafe = n_code = n_parse = n_nonempty = 0
+    with track("eval") as advance:
+        for _, row in read_objects(inp):
+            advance(1)
+            n += 1
+            if isinstance(row, BadLine):
+                n_bad += 1
+                continue
+            cats[str(row.get("category", "general"))] += 1
+            text = _answer(row) if "code" not in row else str(row["code"])
+            n_valid += bool(text.strip())
+            n_unsafe += any(p in text.lower() for p in SAFETY_PHRASES)
+            if row.get("lane") in NON_CODE_LANES or row.get("category") == "tool_trace":
+                continue
+            n_code += 1
+            res = lang.parse(code_in_response(text, lang.fence_tags))
+            n_parse += res.ok
+            n_nonempty += res.has_code
+            kinds.update(lang.base_kind(k) for k, _ in res.decls)
+    present = sorted(k for k in kinds if k in lang.construct_kinds)
+    rate = n_parse / n_code if n_code else 0.0
+    return {
+        "run_id": f"eval_{int(time.time())}", "input": str(inp), "language": lang.name,
+        "total_samples": n, "bad_lines": n_bad, "code_samples": n_code,
+        "format_validity": n_valid / n if n else 0.0, "safety_rejection_rate": n_unsafe / n if n else 0.0,
+        "parse_rate": rate, "nonempty_parse_rate": n_nonempty / n_code if n_code else 0.0,
+        f"{lang.name}_parse_rate": rate,
+        "construct_coverage": len(present), "construct_total": len(lang.construct_kinds),
+        "construct_coverage_pct": 100.0 * len(present) / len(lang.construct_kinds),
+        "constructs_present": present, "constructs_missing": sorted(set(lang.construct_kinds) - set(present)),
+        "construct_counts": dict(sorted(kinds.items())), "per_category": dict(cats.most_common()),
+        "quality_proxy": rate,
+    }
+
+
+def _pct(value: float) -> float:
+    """Gate coverage thresholds: values <= 1 are fractions (upstream writes 0.35 for 35%)."""
+    return value * 100.0 if value <= 1.0 else value
+
+
+def check_gates(results: dict, gates_path: Path) -> list[str]:
+    """Failures of the eval-gates.yaml thresholds that apply to corpus eval (`eval_local`, `corpus`)."""
+    try:
+        policy = yaml.safe_load(gates_path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{gates_path}: cannot read gates file: {e}") from None
+    if not isinstance(policy, dict):
+        raise ConfigError(f"{gates_path}: expected a mapping of gate sections, got {type(policy).__name__}")
+    failures = []
+    for section in ("eval_local", "corpus"):
+        gate = policy.get(section)
+        if not isinstance(gate, dict) or gate.get("block") is False:
+            continue
+        checks = [("min_parse_rate", results["parse_rate"], gate.get("min_parse_rate")),
+                  ("min_nonempty_parse_rate", results["nonempty_parse_rate"], gate.get("min_nonempty_parse_rate")),
+                  ("min_coverage_pct", results["construct_coverage_pct"],
+                   None if gate.get("min_coverage_pct") is None else _pct(float(gate["min_coverage_pct"]))),
+                  ("min_rows", results["total_samples"], gate.get("min_rows"))]
+        for key, seen, need in checks:
+            if need is not None and seen < float(need):
+                failures.append(f"{key}: {seen:.4g} < {float(need):.4g} required ({gates_path}: {section}.{key})")
+    return failures
+
+
+def eval_to_file(inp: Path, out: Path, gates: Path | None = None, language: str | None = None) -> dict:
+    """Evaluate, write `out`, then raise GateFailed when a gate fails (the results are written first)."""
+    results = evaluate_file(inp, language)
+    failures = check_gates(results, gates) if gates else []
+    results["gates"] = {"file": str(gates) if gates else None, "passed": not failures, "failures": failures}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    if failures:
+        raise GateFailed(f"{len(failures)} corpus gate(s) failed: {'; '.join(failures)}. Report: {out}")
+    return results
