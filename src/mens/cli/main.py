@@ -43,10 +43,11 @@ def _root(
 
 def _register() -> None:
     # Command groups: each module exposes `register(app)`. Only commands that work are registered.
-    from mens.cli import after, corpus, lab, models, vox
+    from mens.cli import after, corpus, lab, models, train, vox
 
     vox.register(app)
     corpus.register(app)
+    train.register(app)
     models.register(app)
     lab.register(app)
     after.register(app)

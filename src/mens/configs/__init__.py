@@ -1,0 +1,1 @@
+"""Package data: YAML presets (train_presets.yaml)."""

@@ -1,0 +1,127 @@
+"""Training data: read train.jsonl (the corpus contract), encode, split off validation, build the batch plan.
+
+The plan is a pure function of (rows, seed, step): optimizer step s covers the global rows
+`order(epoch)[i*G:(i+1)*G]` with G = batch_size x grad_accum x world_size, so the data cursor is just s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mens.corpus.records import BadLine, read_pairs
+from mens.errors import DataError
+from mens.train.packing import Row, pack_examples
+from mens.train.text import Example, chat_for_row, encode_chat
+
+VAL_SEED_XOR = 0xA1B2C3D4  # the validation split draws from its own stream (like the original)
+
+
+def resolve_data_file(data: str | Path) -> Path:
+    """`D/train.jsonl` for a directory, or the .jsonl file itself."""
+    p = Path(data)
+    if p.is_dir():
+        p = p / "train.jsonl"
+    if not p.is_file():
+        raise DataError(f"--data-dir {data}: no training file at {p}; pass a directory holding train.jsonl "
+                        "(made by `mens corpus pairs`) or a .jsonl file")
+    return p
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass
+class Dataset:
+    train: list[Example]
+    val: list[Example]
+    skipped: dict[str, int] = field(default_factory=dict)
+    rows_read: int = 0
+
+
+def read_examples(path: Path, tokenizer, *, seq_len: int, ce_last_k: int, system_prompt: str | None,
+                  min_rating: int) -> tuple[list[Example], dict[str, int], int]:
+    """Encode every good row; any bad line is a DataError listing file:line and the reason."""
+    bad: list[BadLine] = []
+    examples: list[Example] = []
+    skipped: dict[str, int] = {}
+    n = 0
+    for _, item in read_pairs(path):
+        n += 1
+        if isinstance(item, BadLine):
+            bad.append(item)
+            continue
+        if item.rating is not None and item.rating < min_rating:
+            skipped["rating_below_min"] = skipped.get("rating_below_min", 0) + 1
+            continue
+        ex = encode_chat(tokenizer, chat_for_row(item, system_prompt), seq_len=seq_len, ce_last_k=ce_last_k)
+        if isinstance(ex, str):
+            skipped[ex] = skipped.get(ex, 0) + 1
+            continue
+        if max(ex.ids) >= len(tokenizer):
+            skipped["token id out of vocabulary"] = skipped.get("token id out of vocabulary", 0) + 1
+            continue
+        examples.append(ex)
+    if bad:
+        shown = "\n  ".join(str(b) for b in bad[:10])
+        more = f"\n  … and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise DataError(f"{path}: {len(bad)} of {n} lines are not valid train.jsonl records:\n  {shown}{more}\n"
+                        f"Fix or drop them (`mens corpus validate` writes rejects with reasons), then re-run")
+    return examples, skipped, n
+
+
+def split_validation(examples: list[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:
+    """Hold out round(n*fraction) examples (at least 1 when fraction > 0, at most n/4), chosen by seed."""
+    import torch
+
+    n = len(examples)
+    n_val = min(n // 4, max(1, round(n * fraction))) if fraction > 0 and n >= 4 else 0
+    if n_val == 0:
+        return examples, []
+    g = torch.Generator().manual_seed(seed ^ VAL_SEED_XOR)
+    perm = torch.randperm(n, generator=g).tolist()
+    val_idx = set(perm[:n_val])
+    return [e for i, e in enumerate(examples) if i not in val_idx], [examples[i] for i in sorted(val_idx)]
+
+
+def build_rows(examples: list[Example], *, pack: bool, seq_len: int) -> list[Row]:
+    return pack_examples(examples, seq_len) if pack else [[e] for e in examples]
+
+
+@dataclass
+class BatchPlan:
+    """Which rows each optimizer step sees. Deterministic in (n_rows, seed, step)."""
+
+    n_rows: int
+    global_batch: int
+    seed: int
+    total_steps: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, math.ceil(self.n_rows / self.global_batch))
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        import torch
+
+        g = torch.Generator().manual_seed(self.seed * 1000 + epoch)
+        return torch.randperm(self.n_rows, generator=g).tolist()
+
+    def rows_for_step(self, step: int) -> list[int]:
+        """Global row indices of optimizer step `step` (0-based)."""
+        epoch, i = divmod(step, self.steps_per_epoch)
+        order = self.epoch_order(epoch)
+        return order[i * self.global_batch:(i + 1) * self.global_batch]
+
+
+def plan_steps(n_rows: int, global_batch: int, *, epochs: float, max_steps: int, seed: int) -> BatchPlan:
+    plan = BatchPlan(n_rows, global_batch, seed, 0)
+    plan.total_steps = max_steps if max_steps > 0 else max(1, math.ceil(epochs * plan.steps_per_epoch))
+    return plan

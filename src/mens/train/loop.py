@@ -1,0 +1,163 @@
+"""The training loop, written out: for each optimizer step, accumulate token-weighted gradients over the
+micro-batches of this rank's share of the global batch, sum them over ranks, clip, step, log, evaluate, save.
+
+Loss of a step = (sum of per-token CE over all supervised tokens of the global batch) / (their count), so
+batch 8 x accum 1, batch 2 x accum 4 and 2 processes x batch 4 give the same update.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mens.errors import ModelError
+from mens.train import distributed
+from mens.train.checkpoint import save_checkpoint
+from mens.train.data import BatchPlan
+from mens.train.packing import Row, batch_loss_sum, row_supervised, row_tokens
+from mens.train.progress import ProgressView
+from mens.train.telemetry import Telemetry
+
+_PAUSE_AFTER_STEP = int(os.environ.get("MENS_TRAIN_PAUSE_AFTER_STEP", "0"))
+
+
+@dataclass
+class LoopState:
+    """What the loop reports back (and what a checkpoint's state.json records)."""
+
+    step: int = 0
+    last_loss: float = float("nan")
+    last_val_loss: float | None = None
+    losses: list[float] = field(default_factory=list)
+    input_tokens: int = 0
+    supervised_tokens: int = 0
+    train_seconds: float = 0.0
+
+
+def accumulate_gradients(model, micro: list[list[Row]], n_supervised: float, *, pad_id: int, device: str,
+                         autocast) -> float:
+    """Backward every micro-batch with loss = (its token-loss sum) / (supervised tokens of the whole global batch).
+
+    Returns this rank's token-loss sum. Every supervised token of the step weighs the same, however the global
+    batch is split into micro-batches or processes.
+    """
+    loss_sum = 0.0
+    for mb in micro:
+        part, _ = batch_loss_sum(model, mb, pad_id, device, autocast)
+        (part / n_supervised).backward()
+        loss_sum += part.item()
+    return loss_sum
+
+
+def evaluate(model, rows: list[Row], *, batch_size: int, pad_id: int, device: str, autocast, d) -> float | None:
+    """Token-weighted validation loss over every rank's share of `rows`."""
+    import torch
+
+    if not rows:
+        return None
+    mine = rows[d.rank::d.world]
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for i in range(0, len(mine), batch_size):
+            chunk = mine[i:i + batch_size]
+            part, n = batch_loss_sum(model, chunk, pad_id, device, autocast)
+            total, count = total + part.item(), count + n
+    model.train()
+    total, count = distributed.all_sum(d, [total, float(count)])
+    return total / count if count else None
+
+
+def _checkpoint(run_dir: Path, st: LoopState, *, model, optimizer, scheduler, cfg, d, plan: BatchPlan,
+                telemetry: Telemetry, ckpt_state: dict, sync: bool = True) -> None:
+    """Rank 0 writes checkpoints/step-N (atomically, with every rank's RNG); the others wait for it."""
+    from mens.train.checkpoint import capture_rng
+
+    rng_by_rank = distributed.gather_objects(d, capture_rng()) if sync else [capture_rng()]
+    if d.main:
+        cursor = {"step": st.step, "epoch": (st.step - 1) // plan.steps_per_epoch}
+        path = save_checkpoint(run_dir, st.step, model=model, backend=cfg.backend, optimizer=optimizer,
+                               scheduler=scheduler, keep=cfg.keep_checkpoints, rng_by_rank=rng_by_rank,
+                               state={**ckpt_state, "last_loss": st.last_loss, "val_loss": st.last_val_loss,
+                                      "data_cursor": cursor})
+        telemetry.emit("checkpoint", step=st.step, path=str(path.relative_to(run_dir)))
+    if sync:
+        distributed.barrier(d)
+
+
+def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], val_rows: list[Row],
+               plan: BatchPlan, cfg, run_dir: Path, d, device: str, autocast, pad_id: int,
+               start_step: int, telemetry: Telemetry, ckpt_state: dict) -> LoopState:
+    """Run optimizer steps start_step..plan.total_steps; the data cursor is the step number itself."""
+    import torch
+
+    st = LoopState(step=start_step)
+    total = plan.total_steps
+    view = ProgressView(total, start_step, enabled=d.main, every_s=cfg.log_every_s)
+    model.train()
+    t_start = time.time()
+    ema_step_s = None
+    try:
+        for step in range(start_step, total):
+            t0 = time.time()
+            # This rank's share of the global batch, then micro-batches of batch_size rows.
+            global_rows = plan.rows_for_step(step)
+            mine = [rows[i] for i in global_rows[d.rank::d.world]]
+            micro = [mine[i:i + cfg.batch_size] for i in range(0, len(mine), cfg.batch_size)]  # grad_accum of them
+            n_sup, n_in = distributed.all_sum(d, [float(sum(row_supervised(r) for r in mine)),
+                                                 float(sum(row_tokens(r) for r in mine))])
+            loss_sum = accumulate_gradients(model, micro, n_sup, pad_id=pad_id, device=device, autocast=autocast)
+            distributed.all_sum_grads(d, params)
+            (loss_sum,) = distributed.all_sum(d, [loss_sum])
+            loss = loss_sum / n_sup
+            if not math.isfinite(loss):
+                raise ModelError(f"step {step + 1}: training loss is {loss} (not finite); lower --lr, check the data, "
+                                 f"or resume from the last checkpoint in {run_dir / 'checkpoints'}")
+            if cfg.max_grad_norm > 0:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+            else:
+                norms = [p.grad.norm() for p in params if p.grad is not None]
+                grad_norm = float(torch.linalg.vector_norm(torch.stack(norms)))
+            lr = scheduler.get_last_lr()[0]
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+
+            st.step = step + 1
+            st.last_loss = loss
+            st.losses.append(loss)
+            st.input_tokens += int(n_in)
+            st.supervised_tokens += int(n_sup)
+            dt = time.time() - t0
+            ema_step_s = dt if ema_step_s is None else 0.8 * ema_step_s + 0.2 * dt
+            eta = ema_step_s * (total - st.step)
+            tok_s = n_in / dt if dt > 0 else 0.0
+            telemetry.emit("step", step=st.step, total_steps=total, epoch=round(step / plan.steps_per_epoch, 4),
+                           loss=loss, lr=lr, grad_norm=grad_norm, tokens=int(n_in), supervised_tokens=int(n_sup),
+                           tokens_per_s=round(tok_s, 1), eta_s=round(eta, 1), progress=round(st.step / total, 4),
+                           elapsed_s=round(time.time() - t_start, 2))
+            view.update(st.step, total, loss, lr, tok_s, eta)
+
+            if val_rows and ((cfg.eval_every and st.step % cfg.eval_every == 0) or st.step == total):
+                st.last_val_loss = evaluate(model, val_rows, batch_size=cfg.batch_size, pad_id=pad_id,
+                                            device=device, autocast=autocast, d=d)
+                telemetry.emit("eval", step=st.step, val_loss=st.last_val_loss)
+                view.note(f"step {st.step}: val_loss {st.last_val_loss:.4f}")
+            if cfg.save_every and st.step % cfg.save_every == 0 and st.step < total:
+                _checkpoint(run_dir, st, model=model, optimizer=optimizer, scheduler=scheduler, cfg=cfg, d=d,
+                            plan=plan, telemetry=telemetry, ckpt_state=ckpt_state)
+            if _PAUSE_AFTER_STEP == st.step:  # test hook: hang here so a test can SIGKILL a run mid-way
+                time.sleep(3600)
+    except KeyboardInterrupt:  # Ctrl+C: keep the work done so far, then stop (resume with --resume)
+        if st.step > start_step and d.main:
+            _checkpoint(run_dir, st, model=model, optimizer=optimizer, scheduler=scheduler, cfg=cfg, d=d,
+                        plan=plan, telemetry=telemetry, ckpt_state=ckpt_state, sync=False)
+            view.note(f"interrupted: saved checkpoints/step-{st.step}; continue with --resume")
+        raise
+    finally:
+        view.close()
+    st.train_seconds = time.time() - t_start
+    return st

@@ -1,0 +1,54 @@
+"""`training_manifest.json`, `training-preflight.json`, `run_summary.json`: what ran, on what, how it went."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+MANIFEST = "training_manifest.json"
+PREFLIGHT = "training-preflight.json"
+SUMMARY = "run_summary.json"
+MANIFEST_SCHEMA = "mens.training_manifest.v1"
+EXECUTION_KERNEL = "torch-peft-loop-v1"
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write JSON via a temp file + rename (readers never see half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version(), "platform": sys.platform}
+    for pkg in ("mens", "torch", "transformers", "peft", "bitsandbytes", "safetensors", "accelerate"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def contract_digest(config: dict, data_sha256: str, base_sha256: str) -> str:
+    """sha256 of what determines the result: the resolved config (minus paths and resume), data and base."""
+    keep = {k: v for k, v in config.items() if k not in ("output_dir", "resume", "data", "log_every_s", "num_threads")}
+    blob = json.dumps({"config": keep, "data": data_sha256, "base": base_sha256}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def peak_memory_mb(device: str) -> dict:
+    import resource
+
+    import torch
+
+    out = {"cpu_max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        out["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        out["cuda_max_reserved_mb"] = round(torch.cuda.max_memory_reserved() / 2**20, 1)
+    return out

@@ -1,0 +1,90 @@
+"""Device probe and a training-memory estimate, from the model's config.json alone (no weights loaded)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mens.train.presets import load_preset, recommend_preset
+
+_BYTES_PER_WEIGHT = {"qlora": 0.56, "lora": 2.0, "full": 4.0}  # NF4 + double-quant scales; bf16; f32 master
+
+
+def probe_device(device: str = "auto") -> dict:
+    """Device kind, name, memory (GB) and count: CUDA from torch, MPS, else CPU with system RAM."""
+    import os
+
+    import torch
+
+    if device in ("auto", "cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        free, total = torch.cuda.mem_get_info(0)
+        return {"kind": "cuda", "name": props.name, "memory_gb": round(total / 2**30, 1),
+                "free_gb": round(free / 2**30, 1), "count": torch.cuda.device_count(),
+                "bf16": torch.cuda.is_bf16_supported()}
+    if device in ("auto", "mps") and getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return {"kind": "mps", "name": "Apple GPU", "memory_gb": None, "count": 1, "bf16": False}
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem = None
+    return {"kind": "cpu", "name": "cpu", "memory_gb": round(mem, 1) if mem else None,
+            "count": os.cpu_count(), "bf16": False}
+
+
+def count_params(cfg: dict) -> tuple[int, int]:
+    """(total parameters, parameters in the attention + MLP projections) estimated from config.json."""
+    cfg = cfg.get("text_config", cfg)
+    h = cfg.get("hidden_size") or cfg.get("n_embd")
+    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
+    vocab = cfg.get("vocab_size")
+    inter = cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * h
+    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
+    kv = cfg.get("num_key_value_heads") or heads
+    head_dim = cfg.get("head_dim") or h // heads
+    attn = h * heads * head_dim * 2 + h * kv * head_dim * 2
+    mlp = 3 * h * inter
+    proj = layers * (attn + mlp)
+    emb = vocab * h * (1 if cfg.get("tie_word_embeddings", True) else 2)
+    return proj + emb, proj
+
+
+def estimate_memory_gb(model_config: dict, *, backend: str, r: int, seq_len: int, batch_size: int,
+                       gradient_checkpointing: bool = False) -> dict:
+    """Rough peak training memory: weights + trainable state + activations + logits (±30%)."""
+    cfg = model_config.get("text_config", model_config)
+    total, proj = count_params(model_config)
+    h = cfg.get("hidden_size") or cfg.get("n_embd")
+    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
+    vocab = cfg.get("vocab_size")
+    weights = total * _BYTES_PER_WEIGHT[backend]
+    if backend == "full":
+        trainable = total * 12  # f32 grad + two Adam moments
+    else:
+        lora_params = layers * 7 * r * 2 * h * 2  # ~7 projections, A and B of about h x r each (upper bound)
+        trainable = lora_params * 16  # f32 weight, grad, two moments
+    tokens = seq_len * batch_size
+    act_bytes = 2 if backend != "full" else 4
+    per_layer = tokens * h * act_bytes * (4 if gradient_checkpointing else 18)
+    activations = per_layer * (1 if gradient_checkpointing else layers) + tokens * h * act_bytes * layers
+    logits = tokens * vocab * 4 * 2  # f32 logits and their gradient
+    gb = (weights + trainable + activations + logits) / 2**30 * 1.15 + 0.3  # allocator + runtime overhead
+    return {"total_gb": round(gb, 2), "weights_gb": round(weights / 2**30, 2), "params_m": round(total / 1e6, 1)}
+
+
+def probe_report(model_dir: Path | None, device: str = "auto") -> dict:
+    """What `mens probe` prints: device, memory, recommended preset, memory estimate for the model."""
+    dev = probe_device(device)
+    name = recommend_preset(dev["kind"], dev.get("memory_gb"))
+    preset = load_preset(name)
+    out = {"device": dev, "recommended_preset": name, "preset": preset}
+    if model_dir is not None and (model_dir / "config.json").is_file():
+        cfg = json.loads((model_dir / "config.json").read_text())
+        backend = preset.get("backend", "qlora")
+        out["model"] = str(model_dir)
+        out["estimate"] = {"backend": backend, **estimate_memory_gb(
+            cfg, backend=backend, r=preset.get("r", 16), seq_len=preset.get("seq_len", 512),
+            batch_size=preset.get("batch_size", 4), gradient_checkpointing=preset.get("gradient_checkpointing", False))}
+        if dev.get("memory_gb"):
+            out["estimate"]["fits"] = out["estimate"]["total_gb"] <= 0.9 * dev["memory_gb"]
+    return out

@@ -1,0 +1,285 @@
+"""`mens train` end to end: preflight (cheap checks first), load, attach adapters, the loop, the run directory.
+
+Run: `mens train --data-dir D --output-dir O` (or `torchrun --nproc_per_node N -m mens train ...`).
+Every rank runs the same checks; only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from mens.errors import ConfigError, DataError, ModelError
+from mens.model.load import load_base, load_tokenizer, model_dir_problems, resolve_model, weights_sha256
+from mens.train import distributed
+from mens.train.checkpoint import latest_checkpoint, load_checkpoint, save_weights
+from mens.train.config import TrainConfig
+from mens.train.data import (
+    BatchPlan,
+    build_rows,
+    file_sha256,
+    plan_steps,
+    read_examples,
+    resolve_data_file,
+    split_validation,
+)
+from mens.train.loop import LoopState, train_loop
+from mens.train.manifest import MANIFEST, SUMMARY, contract_digest, peak_memory_mb, versions, write_json
+from mens.train.packing import Row
+from mens.train.preflight import Preflight, embedding_problem, first_loss, packing_leaks, vocab_problem
+from mens.train.schedule import effective_warmup, make_scheduler
+from mens.train.telemetry import Telemetry
+from mens.train.text import Example, default_system_prompt
+
+SYSTEM_PROMPT_FILE = "system_prompt.txt"  # full fine-tunes: read by mens.model.inference for model dirs
+
+
+@dataclass
+class Inputs:
+    """Everything preflight resolved before the model is loaded."""
+
+    model_dir: Path
+    model_id: str
+    model_config: dict
+    tokenizer: object
+    system_prompt: str | None
+    data_path: Path
+    data_sha256: str
+    base_sha256: str
+    digest: str
+    n_rows: int
+    skipped: dict
+    train: list[Example]
+    val: list[Example]
+    rows: list[Row]
+    val_rows: list[Row]
+    plan: BatchPlan
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        return "mps" if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is visible to torch; use --device cpu or auto")
+    return device
+
+
+def _autocast(device: str, backend: str):
+    import torch
+
+    if device.startswith("cuda") and backend == "full" and torch.cuda.is_bf16_supported():
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # f32 master weights, bf16 matmuls
+    return contextlib.nullcontext
+
+
+def _read_data(cfg: TrainConfig, tokenizer, system_prompt):
+    path = resolve_data_file(cfg.data)
+    examples, skipped, n = read_examples(path, tokenizer, seq_len=cfg.seq_len, ce_last_k=cfg.ce_last_k,
+                                         system_prompt=system_prompt, min_rating=cfg.min_rating)
+    if len(examples) < cfg.min_examples:
+        raise DataError(f"{path}: {len(examples)} usable examples of {n} rows (skipped: {skipped or 'none'}); "
+                        f"at least {cfg.min_examples} are needed (--min-examples). Add data with `mens corpus pairs`")
+    return path, examples, skipped, n
+
+
+def prepare_inputs(cfg: TrainConfig, pf: Preflight, world: int) -> Inputs:
+    """Cheap preflight: model directory, tokenizer vs embeddings, data records; then split, pack, plan."""
+    system_prompt = default_system_prompt() if cfg.system_prompt is None else (cfg.system_prompt or None)
+    pf.run("data file", resolve_data_file, cfg.data)  # before any model work (the embedded one converts once)
+    model_dir, model_id = pf.run("model", resolve_model, cfg.model)
+    if problems := model_dir_problems(model_dir):
+        pf.fail("model files", ModelError("; ".join(problems) + ". Point --model at a complete HF model directory"))
+    pf.ok("model files", str(model_dir))
+    model_config = json.loads((model_dir / "config.json").read_text())
+    tokenizer = pf.run("tokenizer", load_tokenizer, model_dir)
+    if msg := vocab_problem(tokenizer, model_config):
+        pf.fail("tokenizer/embedding", ModelError(f"{model_dir}: {msg}"))
+    data_path, examples, skipped, n_rows = pf.run("data", _read_data, cfg, tokenizer, system_prompt)
+    data_sha = file_sha256(data_path)
+    base_sha = weights_sha256(model_dir) if any(model_dir.glob("*.safetensors")) else "unknown"
+    pf.contract_digest = digest = contract_digest(cfg.to_dict(), data_sha, base_sha)
+    train, val = split_validation(examples, cfg.val_fraction, cfg.seed)
+    rows = build_rows(train, pack=cfg.pack, seq_len=cfg.seq_len)
+    val_rows = build_rows(val, pack=cfg.pack, seq_len=cfg.seq_len)
+    plan = plan_steps(len(rows), cfg.batch_size * cfg.grad_accum * world, epochs=cfg.epochs,
+                      max_steps=cfg.max_steps, seed=cfg.seed)
+    return Inputs(model_dir, model_id, model_config, tokenizer, system_prompt, data_path, data_sha, base_sha, digest,
+                  n_rows, skipped, train, val, rows, val_rows, plan)
+
+
+def build_model(cfg: TrainConfig, inp: Inputs, device: str, pf: Preflight):
+    """The heavy part: base weights (NF4 for qlora), then LoRA adapters (seeded) or all weights trainable."""
+    import torch
+
+    model = pf.run("load model", load_base, inp.model_dir, backend=cfg.backend, device=device)
+    if msg := embedding_problem(model, inp.model_config):
+        pf.fail("tokenizer/embedding", ModelError(f"{inp.model_dir}: {msg}"))
+    pf.ok("tokenizer/embedding",
+          f"{len(inp.tokenizer)} tokens <= {model.get_input_embeddings().weight.shape[0]} embedding rows")
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+    torch.manual_seed(cfg.seed)  # adapter init is part of the run's seeded state
+    if cfg.backend == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model
+    from mens.model.lora import attach_lora
+
+    return pf.run("target modules", attach_lora, model, r=cfg.r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
+                  strict=cfg.strict_targets)
+
+
+def numeric_checks(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, pad_id: int, pf: Preflight) -> float:
+    """Finite loss on the first row before any update; packed examples provably isolated."""
+    import math
+
+    loss0 = first_loss(model, inp.rows[:1], pad_id, device, autocast)
+    if not math.isfinite(loss0):
+        pf.fail("first loss", ModelError(f"{inp.model_dir}: the first batch's loss is {loss0} (not finite) before "
+                                         "any update; the weights or the dtype are broken (try --backend lora)"))
+    pf.ok("first loss", f"{loss0:.4f}")
+    if cfg.pack:
+        if packing_leaks(model, device, autocast, len(inp.tokenizer)):
+            pf.fail("packing isolation", ModelError(
+                f"{inp.model_dir}: this architecture ({inp.model_config.get('model_type')}) lets packed examples see "
+                "each other (per-example position ids are not honoured); train with --no-pack"))
+        pf.ok("packing isolation", "per-example position ids give a block-diagonal mask")
+    return loss0
+
+
+def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, scheduler, rank: int) -> tuple[int, str | None]:
+    if not cfg.resume or (ckpt := latest_checkpoint(run)) is None:
+        return 0, None
+    state = load_checkpoint(ckpt, model=model, backend=cfg.backend, optimizer=optimizer, scheduler=scheduler,
+                            rank=rank)
+    if state.get("contract_digest") != inp.digest:
+        raise ConfigError(f"--resume: {ckpt} was written with other settings, data or base weights (contract digest "
+                          f"{str(state.get('contract_digest'))[:12]} != {inp.digest[:12]}); resume with the same "
+                          "flags and data, or start a new --output-dir")
+    if state.get("global_batch") != inp.plan.global_batch:
+        raise ConfigError(f"--resume: global batch {inp.plan.global_batch} != {state.get('global_batch')} saved in "
+                          f"{ckpt}; keep batch_size x grad_accum x processes the same")
+    return int(state["step"]), ckpt.name
+
+
+def _manifest(cfg, inp: Inputs, *, run_id, device, world, warmup, start_step, resumed_from, model) -> dict:
+    return {
+        "schema_version": "mens.training_manifest.v1", "run_id": run_id, "backend": cfg.backend,
+        "base_model": inp.model_id, "base_model_id": inp.model_id, "base_model_path": str(inp.model_dir),
+        "base_weights_sha256": inp.base_sha256, "model_type": inp.model_config.get("model_type"),
+        "vocab_size": inp.model_config.get("vocab_size"), "data": str(inp.data_path),
+        "data_files": [str(inp.data_path)], "data_sha256": inp.data_sha256, "system_prompt": inp.system_prompt,
+        "chat_template": inp.tokenizer.chat_template, "config": cfg.to_dict(), "contract_digest": inp.digest,
+        "execution_kernel": "torch-peft-loop-v1", "versions": versions(), "device": device, "world_size": world,
+        "seeds": {"seed": cfg.seed, "adapter_init": "seed", "dropout": "seed+1", "data_order": "seed*1000+epoch",
+                  "val_split": "seed^0xA1B2C3D4"},
+        "examples": {"rows_read": inp.n_rows, "train": len(inp.train), "val": len(inp.val), "skipped": inp.skipped,
+                     "train_rows": len(inp.rows), "val_rows": len(inp.val_rows)},
+        "steps": {"planned": inp.plan.total_steps, "steps_per_epoch": inp.plan.steps_per_epoch,
+                  "global_batch": inp.plan.global_batch, "warmup": warmup, "completed": start_step,
+                  "resumed_from": resumed_from},
+        "target_modules": None if cfg.backend == "full" else sorted(model.peft_config["default"].target_modules),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _summary(cfg, inp: Inputs, st: LoopState, *, run_id, device, world, start_step, loss0, wall) -> dict:
+    tail = st.losses[-10:]
+    return {
+        "schema_version": "mens.run_summary.v1", "run_id": run_id, "base_model": inp.model_id, "backend": cfg.backend,
+        "steps": st.step, "steps_this_session": st.step - start_step, "final_loss": st.last_loss,
+        "avg_train_loss_last10": sum(tail) / len(tail) if tail else None, "val_loss": st.last_val_loss,
+        "first_loss": loss0, "total_tokens": st.input_tokens, "supervised_tokens": st.supervised_tokens,
+        "wall_time_s": round(wall, 2), "train_time_s": round(st.train_seconds, 2),
+        "tokens_per_s": round(st.input_tokens / st.train_seconds, 1) if st.train_seconds else None,
+        "peak_memory": peak_memory_mb(device), "world_size": world,
+        "artifacts": {"weights": "model.safetensors" if cfg.backend == "full" else "adapter_model.safetensors",
+                      "telemetry": "telemetry.jsonl", "manifest": MANIFEST}}
+
+
+def run_training(cfg: TrainConfig) -> dict:
+    """Train and write the run directory; returns the run summary (empty on ranks other than 0)."""
+    import torch
+
+    wall0 = time.time()
+    device = resolve_device(cfg.device)
+    d = distributed.setup("cuda" if device == "cuda" else "cpu")
+    if device == "cuda" and d.world > 1:
+        device = f"cuda:{d.local_rank}"
+        torch.cuda.set_device(device)
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    run = Path(cfg.output_dir)
+    taken = d.main and not cfg.resume and (run / MANIFEST).exists()
+    if distributed.all_sum(d, [float(taken)])[0]:  # decided by rank 0 for every rank
+        raise ConfigError(f"--output-dir {run} already holds a run (training_manifest.json); pass --resume to "
+                          "continue it or choose a new directory")
+    if d.main:
+        run.mkdir(parents=True, exist_ok=True)
+    pf = Preflight(run, write=d.main)
+    inp = prepare_inputs(cfg, pf, d.world)
+
+    model = build_model(cfg, inp, device, pf)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(0.9, 0.999), eps=1e-8,
+                                  weight_decay=cfg.weight_decay)
+    warmup = effective_warmup(cfg.warmup_steps, inp.plan.total_steps)
+    scheduler = make_scheduler(optimizer, warmup=warmup, total=inp.plan.total_steps)
+    autocast = _autocast(device, cfg.backend)
+    pad_id = inp.tokenizer.pad_token_id if inp.tokenizer.pad_token_id is not None else 0
+    loss0 = numeric_checks(cfg, inp, model, device, autocast, pad_id, pf)
+    start_step, resumed_from = _resume(cfg, run, inp, model, optimizer, scheduler, d.rank)
+    if resumed_from is None:
+        torch.manual_seed(cfg.seed + 1)  # the dropout stream; a resumed run continues the checkpoint's RNG
+
+    old = json.loads((run / MANIFEST).read_text()) if resumed_from and (run / MANIFEST).is_file() else {}
+    run_id = old.get("run_id") or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    manifest = _manifest(cfg, inp, run_id=run_id, device=device, world=d.world, warmup=warmup,
+                         start_step=start_step, resumed_from=resumed_from, model=model)
+    tel = Telemetry(run, enabled=d.main)
+    if d.main:
+        pf.write()
+        write_json(run / MANIFEST, manifest)
+        inp.tokenizer.save_pretrained(run)
+        if cfg.backend == "full" and inp.system_prompt:
+            (run / SYSTEM_PROMPT_FILE).write_text(inp.system_prompt, encoding="utf-8")
+    plan = inp.plan
+    tel.emit("train_start", run_id=run_id, train_file=str(inp.data_path), output=str(run), seed=cfg.seed,
+             backend=cfg.backend, model=inp.model_id, device=device, world_size=d.world,
+             planned_steps=plan.total_steps, steps_per_epoch=plan.steps_per_epoch, epochs=cfg.epochs,
+             batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, global_batch=plan.global_batch,
+             warmup_steps=warmup, train_examples=len(inp.train), val_examples=len(inp.val),
+             train_rows=len(inp.rows), resumed_from_step=start_step or None, first_loss=loss0)
+    ckpt_state = {"run_id": run_id, "contract_digest": inp.digest, "global_batch": plan.global_batch,
+                  "world_size": d.world, "total_steps": plan.total_steps}
+    try:
+        st = train_loop(model=model, optimizer=optimizer, scheduler=scheduler, params=params, rows=inp.rows,
+                        val_rows=inp.val_rows, plan=plan, cfg=cfg, run_dir=run, d=d, device=device,
+                        autocast=autocast, pad_id=pad_id, start_step=start_step, telemetry=tel, ckpt_state=ckpt_state)
+    except BaseException as e:
+        tel.emit("train_failed", error=f"{type(e).__name__}: {e}")
+        raise
+    summary: dict = {}
+    if d.main:
+        save_weights(model, run, cfg.backend)
+        wall = time.time() - wall0
+        summary = _summary(cfg, inp, st, run_id=run_id, device=device, world=d.world, start_step=start_step,
+                           loss0=loss0, wall=wall)
+        manifest["steps"]["completed"] = st.step
+        manifest["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        write_json(run / MANIFEST, manifest)
+        write_json(run / SUMMARY, summary)
+        tel.emit("train_complete", step=st.step, final_loss=st.last_loss, val_loss=st.last_val_loss,
+                 wall_time_s=round(wall, 2), tokens=st.input_tokens, tokens_per_s=summary["tokens_per_s"])
+    distributed.barrier(d)
+    distributed.teardown(d)
+    return summary

@@ -1,0 +1,90 @@
+"""Presets load and resolve (defaults < preset < flags); CLI help; no torch at `mens --help`; probe; status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mens.errors import ConfigError
+from mens.train.config import TrainConfig, resolve_config
+from mens.train.presets import canonical_name, load_preset, preset_names, recommend_preset
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_preset_loads_into_a_valid_config(name):
+    cfg = resolve_config({"data": "d", "output_dir": "o"}, load_preset(name), name)
+    assert isinstance(cfg, TrainConfig) and cfg.seq_len > 0
+
+
+def test_original_names_and_aliases():
+    assert canonical_name("4080") == "qwen_4080_16g" and canonical_name("safe") == "4080_safe"
+    for name in ("qwen_4080_16g", "4080_safe", "balanced", "throughput", "cpu", "gpu_24g", "gpu_48g", "gpu_80g"):
+        assert name in preset_names()
+    assert load_preset("4080") == load_preset("qwen_4080_16g")
+    assert load_preset("qwen_4080_16g")["seq_len"] == 384 and load_preset("safe")["grad_accum"] == 8
+
+
+def test_precedence_defaults_preset_flags():
+    cfg = resolve_config({"data": "d", "output_dir": "o", "r": 64, "seq_len": None}, load_preset("safe"), "safe")
+    assert cfg.r == 64  # flag beats preset
+    assert cfg.seq_len == 256  # preset beats default (512); an unset flag changes nothing
+    assert cfg.weight_decay == TrainConfig().weight_decay  # default where neither says
+
+
+def test_bad_settings_name_the_key():
+    with pytest.raises(ConfigError, match="unknown setting 'rank'.*valid keys"):
+        resolve_config({}, {"rank": 4}, "mine")
+    with pytest.raises(ConfigError, match="--preset 'nope' is unknown"):
+        canonical_name("nope")
+    with pytest.raises(ConfigError, match="--backend 'qlora4'"):
+        TrainConfig(backend="qlora4")
+
+
+def test_recommended_presets():
+    assert recommend_preset("cpu", 24) == "cpu"
+    assert recommend_preset("cuda", 16) == "qwen_4080_16g" and recommend_preset("cuda", 80) == "gpu_80g"
+
+
+@pytest.mark.parametrize("cmd", [["train", "--help"], ["probe", "--help"], ["status", "--help"]])
+def test_help_exits_zero(cmd):
+    done = subprocess.run([sys.executable, "-m", "mens", *cmd], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Usage" in done.stdout
+
+
+def test_mens_help_does_not_import_torch():
+    code = ("import sys\nfrom mens.cli.main import app\nimport mens.cli.train, mens.train.config, mens.train.presets\n"
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+def test_probe_reports_device_preset_and_estimate(tiny_model_dir):
+    from mens.train.probe import estimate_memory_gb, probe_report
+
+    rep = probe_report(tiny_model_dir, "cpu")
+    assert rep["device"]["kind"] == "cpu" and rep["recommended_preset"] == "cpu"
+    assert rep["estimate"]["total_gb"] > 0
+    smol = {"hidden_size": 576, "num_hidden_layers": 30, "vocab_size": 49152, "intermediate_size": 1536,
+            "num_attention_heads": 9, "num_key_value_heads": 3, "tie_word_embeddings": True}
+    est = estimate_memory_gb(smol, backend="lora", r=16, seq_len=512, batch_size=4)
+    assert 130 < est["params_m"] < 140 and 0.5 < est["total_gb"] < 6
+
+
+def test_status_reads_progress_from_telemetry(tmp_path):
+    from mens.cli.main import app  # noqa: F401  (registers the commands)
+    from mens.train.telemetry import Telemetry, run_status
+
+    t = Telemetry(tmp_path)
+    t.emit("train_start", planned_steps=10)
+    t.emit("step", step=3, total_steps=10, loss=1.5, lr=1e-4, tokens_per_s=100.0, eta_s=7.0, progress=0.3)
+    s = run_status(tmp_path)
+    assert s["state"] == "running" and s["step"] == 3 and s["progress"] == 0.3
+    t.emit("train_complete", step=10, final_loss=0.5, wall_time_s=9.0)
+    assert run_status(tmp_path)["state"] == "complete"
+    done = subprocess.run([sys.executable, "-m", "mens", "status", str(tmp_path), "--json"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and json.loads(done.stdout)["final_loss"] == 0.5
