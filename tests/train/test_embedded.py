@@ -36,3 +36,21 @@ def test_embedded_smollm2_qlora_run(data_dir, tmp_path):
     assert summary["first_loss"] < 6  # a pretrained model, not random weights
     loaded = load_for_inference(out, device="cpu")
     assert loaded.kind == "run" and loaded.system_prompt == man["system_prompt"]
+
+    # eval-local on the embedded default: a complete report, base compared, gates and card built from it.
+    from mens.errors import GateFailed
+    from mens.evaluate.gates import check_gates
+    from mens.evaluate.local import eval_local
+    from mens.report.card import build_card
+
+    report_path = eval_local(out, None, limit=2, max_new_tokens=24, modes=["greedy", "constrained"],
+                             compare_base=True, device="cpu")
+    report = json.loads(report_path.read_text())
+    assert report_path == out / "benchmark_results.json"
+    assert set(report["modes"]) == {"greedy", "constrained"} and report["base"]["metrics"]["tasks"] == 2
+    assert all(len(r["samples"]) == 1 and r["samples"][0]["output"] for r in report["results"])
+    assert "gain_over_base" in report["metrics"]
+    with pytest.raises(GateFailed):
+        check_gates(out, None, env={"MENS_EVAL_MIN_PASS_AT_1": "1.01"})
+    assert check_gates(out, None, env={"MENS_EVAL_MIN_PARSE_RATE": "0.0"})[0].passed
+    assert "non-empty parse rate" in build_card(out)
