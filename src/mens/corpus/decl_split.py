@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mens.corpus.normalize import code_spans
 from mens.lang import Language
 
 
@@ -27,23 +28,11 @@ class DeclSlice:
 
 def _depth_after(line: str, depth: int, comment: str) -> int:
     """Brace depth after `line`, ignoring braces inside string literals and after a line comment."""
-    i, quote = 0, ""
-    while i < len(line):
-        ch = line[i]
-        if quote:
-            if ch == "\\":
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "\"'":
-            quote = ch
-        elif line.startswith(comment, i):
-            break
-        elif ch in "{([":
+    for i in code_spans(line, comment)[0]:
+        if line[i] in "{([":
             depth += 1
-        elif ch in "})]":
+        elif line[i] in "})]":
             depth = max(0, depth - 1)
-        i += 1
     return depth
 
 

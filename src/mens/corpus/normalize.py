@@ -10,8 +10,9 @@ import re
 _FENCED = re.compile(r"```(?P<tag>[\w.+-]*)[^\n]*\n(?P<body>.*?)```", re.S)
 
 
-def strip_line_comment(line: str, comment: str = "//") -> str:
-    """`line` without its trailing line comment; comment markers inside string literals are kept."""
+def code_spans(line: str, comment: str = "//") -> tuple[list[int], int]:
+    """Indices of the characters outside string literals, and where the line comment starts (len(line): none)."""
+    code: list[int] = []
     i, quote = 0, ""
     while i < len(line):
         ch = line[i]
@@ -23,9 +24,16 @@ def strip_line_comment(line: str, comment: str = "//") -> str:
         elif ch in "\"'":
             quote = ch
         elif line.startswith(comment, i):
-            return line[:i]
+            return code, i
+        else:
+            code.append(i)
         i += 1
-    return line
+    return code, len(line)
+
+
+def strip_line_comment(line: str, comment: str = "//") -> str:
+    """`line` without its trailing line comment; comment markers inside string literals are kept."""
+    return line[: code_spans(line, comment)[1]]
 
 
 def normalize_code(text: str, comment: str = "//") -> str:
