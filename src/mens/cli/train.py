@@ -51,6 +51,9 @@ def train(
     gradient_checkpointing: bool = typer.Option(None, "--gradient-checkpointing/--no-gradient-checkpointing",
                                                 help="Recompute activations in backward (less memory)."),
     system_prompt: str = typer.Option(None, "--system-prompt", help="System prompt ('' = none; default: Vox)."),
+    gate: Path = typer.Option(None, "--gate", help="After training: eval-local + these gates (verdict in manifest)."),
+    gate_bench: str = typer.Option(None, "--gate-bench", help="Bench for --gate (default: vox_default, held-out)."),
+    gate_limit: int = typer.Option(None, "--gate-limit", help="Evaluate only the first N held-out tasks for --gate."),
 ) -> int:
     """Fine-tune a base model on train.jsonl (LoRA, QLoRA or full) and write a run directory."""
     flags = {"data": str(data_dir), "output_dir": str(output_dir), "model": model, "backend": backend,
@@ -66,6 +69,8 @@ def train(
         argv = ["train", "--data-dir", str(data_dir), "--output-dir", str(output_dir)]
         for name, value in (("--preset", preset), *[(f"--{k.replace('_', '-')}", v) for k, v in flags.items()
                                                        if k not in ("data", "output_dir")]):
+            argv += _flag(name, value)
+        for name, value in (("--gate", gate), ("--gate-bench", gate_bench), ("--gate-limit", gate_limit)):
             argv += _flag(name, value)
         pid, log = spawn_background(argv, log_dir or output_dir / "logs")
         typer.echo(f"training in the background: pid {pid}, log {log}\nprogress: mens status {output_dir}")
@@ -88,6 +93,12 @@ def train(
     if summary:
         typer.echo(f"done: {summary['steps']} steps, final loss {summary['final_loss']:.4f}, "
                    f"{summary['tokens_per_s']} tokens/s -> {output_dir}")
+        if gate is not None:  # rank 0 only: other ranks return no summary
+            from mens.evaluate.after_train import gate_after_training
+
+            verdict = gate_after_training(output_dir, gate, bench=gate_bench, limit=gate_limit,
+                                          device=cfg.device)
+            typer.echo(f"gates passed ({len(verdict['gates'])}); verdict recorded in training_manifest.json")
     return 0
 
 

@@ -1,0 +1,36 @@
+"""`mens train --gate`: evaluate the run, check the gates, record the verdict in the manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from mens.errors import GateFailed  # noqa: E402
+from mens.evaluate.after_train import gate_after_training  # noqa: E402
+
+
+def _bench(tmp_path):
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("\n".join(json.dumps({"id": f"t{i}", "category": "fn", "prompt": f"write f{i}",
+                                           "expect": {"decls": [["fn", f"f{i}"]]}}) for i in range(2)) + "\n")
+    return str(bench)
+
+
+def test_gate_verdict_is_recorded_in_the_manifest(tmp_path, make_tiny_run):
+    _, run, _ = make_tiny_run("lora")
+    passing = tmp_path / "pass.yaml"
+    passing.write_text("min_parse_rate: 0.0\n")
+    verdict = gate_after_training(run, passing, bench=_bench(tmp_path), language="python", max_new_tokens=4,
+                                  device="cpu")
+    assert verdict["passed"] is True
+    assert json.loads((run / "training_manifest.json").read_text())["gate"]["passed"] is True
+    failing = tmp_path / "fail.yaml"
+    failing.write_text("min_pass_at_1: 0.5\nmin_gain_over_base: 0.1\n")
+    with pytest.raises(GateFailed, match="pass_at_1"):
+        gate_after_training(run, failing, bench=_bench(tmp_path), language="python", max_new_tokens=4, device="cpu")
+    gate = json.loads((run / "training_manifest.json").read_text())["gate"]
+    assert gate["passed"] is False and "pass_at_1" in gate["reason"] and len(gate["gates"]) == 2
+    assert "base" in json.loads((run / "benchmark_results.json").read_text())  # gain gate => base compared
