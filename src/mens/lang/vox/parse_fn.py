@@ -146,71 +146,60 @@ class FnRules(ExprRules):
             except Fail:
                 pass
 
-    def _lenient_bracket_list(self) -> None:
+    def _lenient_items(self, closer: str, item) -> None:
+        """Comma-separated items up to `closer` (newlines skipped); the closer is eaten leniently, as upstream."""
         k = self.k
         while True:
             self.skip_newlines()
-            if k[self.pos] == "]" or k[self.pos] == T.EOF:
+            if k[self.pos] == closer or k[self.pos] == T.EOF:
                 break
-            self.advance()
+            item()
             if not self.eat(","):
                 break
         try:
-            self.expect("]")
+            self.expect(closer)
         except Fail:
             pass
+
+    def _lenient_bracket_list(self) -> None:
+        self._lenient_items("]", self.advance)
 
     def _pii_list(self) -> None:
+        self._lenient_items(")", self._pii_item)
+
+    def _pii_item(self) -> None:
         k = self.k
-        while True:
-            self.skip_newlines()
-            if k[self.pos] == ")" or k[self.pos] == T.EOF:
-                break
-            if k[self.pos] == T.IDENT:
-                key = self.v[self.pos]
-                self.advance()
-                if key == "class":
-                    try:
-                        self.expect(":")
-                    except Fail:
-                        pass
-                    if k[self.pos] == T.IDENT:
-                        self.advance()
-                else:
-                    self.advance()
-            else:
-                self.advance()
-            if not self.eat(","):
-                break
+        if k[self.pos] != T.IDENT:
+            self.advance()
+            return
+        key = self.v[self.pos]
+        self.advance()
+        if key != "class":
+            self.advance()
+            return
         try:
-            self.expect(")")
+            self.expect(":")
         except Fail:
             pass
+        if k[self.pos] == T.IDENT:
+            self.advance()
 
     def _uses_list(self) -> None:
+        self._lenient_items(")", self._uses_item)
+
+    def _uses_item(self) -> None:
         k = self.k
-        while True:
-            self.skip_newlines()
-            if k[self.pos] == ")" or k[self.pos] == T.EOF:
-                break
-            if k[self.pos] == T.IDENT:
-                name = self.v[self.pos]
-                self.advance()
-                if name == "mcp" and self.eat("("):
-                    if k[self.pos] == T.IDENT:
-                        self.advance()
-                    try:
-                        self.expect(")")
-                    except Fail:
-                        pass
-            else:
-                self.advance()
-            if not self.eat(","):
-                break
-        try:
-            self.expect(")")
-        except Fail:
-            pass
+        if k[self.pos] == T.IDENT and self.v[self.pos] == "mcp":
+            self.advance()
+            if self.eat("("):
+                if k[self.pos] == T.IDENT:
+                    self.advance()
+                try:
+                    self.expect(")")
+                except Fail:
+                    pass
+        else:
+            self.advance()
 
     def skip_paren_args_inner(self) -> None:
         k = self.k
