@@ -72,7 +72,7 @@ def make_tiny_run(tmp_path):
         import torch
         import transformers
 
-        from mens.merge.merge import weights_sha256
+        from mens.model.load import weights_sha256
 
         torch.manual_seed(0)
         tok = build_tiny_tokenizer()

@@ -7,7 +7,6 @@ not the original W + BA. The result is a plain Hugging Face directory that loads
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -15,28 +14,17 @@ from pathlib import Path
 from mens.errors import ModelError, UsageError
 from mens.merge.handoff import ollama_modelfile, write_handoff
 from mens.model.inference import SYSTEM_PROMPT_FILE, resolve_base
+from mens.model.load import weights_sha256
+from mens.model.quant import nf4_config
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-
-
-def weights_sha256(model_dir: str | Path) -> str:
-    """sha256 over the model's *.safetensors files (sorted by name, content only)."""
-    h = hashlib.sha256()
-    files = sorted(Path(model_dir).glob("*.safetensors"))
-    if not files:
-        raise ModelError(f"{model_dir}: no *.safetensors weights to hash")
-    for f in files:
-        with f.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
 
 
 def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool = True) -> Path:
     """Merge RUN's adapter into its base and write OUT as a Hugging Face model directory."""
     import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, GenerationConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from mens.model.generate import stop_token_ids
 
@@ -57,9 +45,7 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     qlora = manifest.get("backend") == "qlora"
     kwargs: dict = {"dtype": torch.float32}
     if qlora:
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.float32)
+        kwargs["quantization_config"] = nf4_config("cpu")  # as the run loaded it; f32 compute on CPU
         kwargs["device_map"] = "cpu"
     base = AutoModelForCausalLM.from_pretrained(base_dir, **kwargs)
     if qlora:

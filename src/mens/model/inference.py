@@ -55,7 +55,9 @@ def _device(device: str) -> str:
 def load_for_inference(path: str | Path, *, device: str = "auto") -> LoadedModel:
     """Model + tokenizer + system prompt from a run directory or a model directory, in eval mode."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mens.model.quant import nf4_config
 
     p = Path(path)
     dev = _device(device)
@@ -65,9 +67,7 @@ def load_for_inference(path: str | Path, *, device: str = "auto") -> LoadedModel
         base_dir, manifest = resolve_base(p)
         kwargs: dict = {"dtype": torch.bfloat16 if dev == "cuda" else torch.float32}
         if manifest.get("backend") == "qlora":
-            kwargs["quantization_config"] = BitsAndBytesConfig(
-                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                bnb_4bit_compute_dtype=kwargs["dtype"])
+            kwargs["quantization_config"] = nf4_config(dev)  # the training config: served = trained
             kwargs["device_map"] = dev
         base = AutoModelForCausalLM.from_pretrained(base_dir, **kwargs)
         if "device_map" not in kwargs:

@@ -50,7 +50,7 @@ def model_dir_problems(path: Path) -> list[str]:
 
 
 def weights_sha256(model_dir: str | Path) -> str:
-    """sha256 over the model's *.safetensors files (sorted by name, content only); same as mens.merge."""
+    """sha256 over the model's *.safetensors files (sorted by name, content only); merge checks runs with it."""
     h = hashlib.sha256()
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
