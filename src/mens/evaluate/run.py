@@ -3,6 +3,9 @@
 The model is behind `Generate` (messages -> text), so the runner is the same for a run directory, a
 merged model, a served model or a test double. Decoding modes are reported side by side: plain greedy,
 parse-and-retry (resample when the answer does not parse or is empty, bounded), and constrained.
+
+With a `GenerateBatch` as well, the first (greedy) answer of every task is drawn in one batched call up front;
+only the sampled retries go one at a time.
 """
 
 from __future__ import annotations
@@ -34,12 +37,22 @@ class Decoding:
 
 # (messages, max_new_tokens, temperature, seed, constrained) -> answer text
 Generate = Callable[[list[dict[str, str]], int, float, int, bool], str]
+# (chats, max_new_tokens, constrained, progress(finished, total) or None) -> greedy answer texts, in order.
+# Must give what `Generate` gives at temperature 0 for each chat.
+GenerateBatch = Callable[[list[list[dict[str, str]]], int, bool, Callable[[int, int], None] | None], list[str]]
+
+
+def _messages(task: BenchTask) -> list[dict[str, str]]:
+    return [{"role": "user", "content": task.prompt}]
 
 
 def _sample(generate: Generate, task: BenchTask, lang: Language, decoding: Decoding, seed: int,
-            max_new_tokens: int) -> tuple[str, SampleCheck, int]:
-    messages = [{"role": "user", "content": task.prompt}]
-    output = generate(messages, max_new_tokens, decoding.temperature, seed, decoding.constrained)
+            max_new_tokens: int, first: str | None = None) -> tuple[str, SampleCheck, int]:
+    """One sample with its retries; `first` is the first answer when it was already drawn (batched)."""
+    messages = _messages(task)
+    if first is None:
+        first = generate(messages, max_new_tokens, decoding.temperature, seed, decoding.constrained)
+    output = first
     check = check_output(output, task.expect, lang)
     attempts = 1
     while attempts <= decoding.retries and not check.has_code:
@@ -52,15 +65,24 @@ def _sample(generate: Generate, task: BenchTask, lang: Language, decoding: Decod
 
 def run_bench(generate: Generate, tasks: list[BenchTask], lang: Language, *, k: int = 1,
               decoding: Decoding | None = None, seed_base: int = 0, max_new_tokens: int = 256,
-              progress: Callable[[int, int], None] | None = None) -> dict:
-    """Evaluate every task with k samples (seed = seed_base + 1000*task_index + sample)."""
+              progress: Callable[[int, int], None] | None = None, generate_batch: GenerateBatch | None = None
+              ) -> dict:
+    """Evaluate every task with k samples (seed = seed_base + 1000*task_index + sample).
+
+    With `generate_batch` and greedy decoding the first answers come from one batched call (once per task:
+    greedy samples are all alike); `progress` then runs twice, while they decode and while they are checked.
+    """
     decoding = decoding or Decoding()
     results, started = [], time.perf_counter()
+    batched = generate_batch is not None and decoding.temperature <= 0
+    firsts: list[str | None] = [None] * len(tasks)
+    if batched:
+        firsts = list(generate_batch([_messages(t) for t in tasks], max_new_tokens, decoding.constrained, progress))
     for i, task in enumerate(tasks):
         samples = []
         for s in range(k):
             seed = seed_base + 1000 * i + s
-            output, check, attempts = _sample(generate, task, lang, decoding, seed, max_new_tokens)
+            output, check, attempts = _sample(generate, task, lang, decoding, seed, max_new_tokens, firsts[i])
             samples.append({"sample_index": s, "seed": seed, "attempts": attempts,
                             "output": output[:MAX_OUTPUT_CHARS_KEPT], **check.to_json()})
         c = sum(x["pass"] for x in samples)
@@ -70,6 +92,7 @@ def run_bench(generate: Generate, tasks: list[BenchTask], lang: Language, *, k: 
             progress(i + 1, len(tasks))
     metrics = summarize(results, tasks, lang)
     metrics["seconds"] = round(time.perf_counter() - started, 2)
+    metrics["batched"] = batched
     return {"decoding": decoding.__dict__, "k": k, "seed_base": seed_base, "max_new_tokens": max_new_tokens,
             "metrics": metrics, "results": results}
 

@@ -1,5 +1,7 @@
 """Token-by-token generation with a KV cache: greedy or seeded sampling, stop tokens, and an optional
 constraint that keeps the decoded text a viable prefix of a language (so every finished answer parses).
+`generate_greedy_batch` decodes many prompts at once (left-padded), which on CPU costs little more per step
+than one prompt.
 
 Written out instead of `model.generate` because constrained decoding needs the decoded text of each
 candidate token, and streaming needs one token per step. Used by eval-local and serve.
@@ -7,6 +9,8 @@ candidate token, and streaming needs one token per step. Used by eval-local and 
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -76,16 +80,46 @@ class _Detokenizer:
         return piece
 
 
+# An opening fence line, then (after any lines) a closing line of the same fence, as extract.py reads them.
+_CLOSED_FENCE = re.compile(r"^[ \t]*(```|~~~)[^\n]*\n(?:[^\n]*\n)*?[ \t]*\1[ \t]*$", re.M)
+
+
+def code_block_closed(text: str) -> bool:
+    """True once `text` holds a complete fenced code block (opening fence line and a later closing line).
+
+    Used as `stop_text` in evaluation: an answer that wraps its code in a fence and then goes on in prose can
+    stop right there, since the code extractor takes the fenced block. Bare code (no fence) never triggers it.
+    """
+    if "```" not in text and "~~~" not in text:
+        return False
+    return _CLOSED_FENCE.search(text) is not None
+
+
+def _keeps_last_logits_only(model) -> bool:
+    """Whether the model's forward takes `logits_to_keep` (skip the LM head over the whole prompt)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT wrapper passes it on
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
+def _last_logits(model, keep_last: bool, **inputs) -> tuple[torch.Tensor, object]:
+    """One forward step: float logits of the last position of each row ([batch, vocab], CPU) and the cache."""
+    if keep_last:
+        inputs["logits_to_keep"] = 1
+    out = model(**inputs, use_cache=True)
+    return out.logits[:, -1].float().cpu(), out.past_key_values
+
+
 @torch.no_grad()
 def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int = 256, temperature: float = 0.0,
                   top_p: float = 1.0, seed: int | None = None, stop_ids: set[int] | None = None,
-                  constraint: Constraint | None = None, on_token: Callable[[int], None] | None = None
-                  ) -> Iterator[str]:
+                  constraint: Constraint | None = None, on_token: Callable[[int], None] | None = None,
+                  stop_text: Callable[[str], bool] | None = None) -> Iterator[str]:
     """Yield text pieces of the continuation of `input_ids`, one model step at a time.
 
     With a constraint the answer is searched for (with bounded backtracking) and yielded once it is done,
     since a dead end may take back tokens. `on_token` is called with each kept token id (stop tokens
-    excluded), e.g. to count usage.
+    excluded), e.g. to count usage. `stop_text(text so far)` ends an unconstrained answer after the token that
+    made it true (that token is kept), as in `generate_greedy_batch`.
     """
     stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids
     gen = torch.Generator(device="cpu").manual_seed(seed if seed is not None else 0)
@@ -94,13 +128,13 @@ def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int
                                 constraint, on_token)
         return
     device = next(model.parameters()).device
+    keep_last = _keeps_last_logits_only(model)
     detok = _Detokenizer(tokenizer)
     ids = torch.tensor([input_ids], device=device)
     past = None
     for _ in range(max_new_tokens):
-        out = model(input_ids=ids, past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        token = int(_candidates(out.logits[0, -1].float().cpu(), temperature, top_p, gen, 1)[0])
+        logits, past = _last_logits(model, keep_last, input_ids=ids, past_key_values=past)
+        token = int(_candidates(logits[0], temperature, top_p, gen, 1)[0])
         if token in stop_ids:
             break
         if on_token is not None:
@@ -108,10 +142,124 @@ def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int
         piece = detok.push(token)
         if piece:
             yield piece
+        if stop_text is not None and stop_text(detok.text_with()):
+            break
         ids = torch.tensor([[token]], device=device)
     tail = detok.flush()
     if tail:
         yield tail
+
+
+@dataclass
+class BatchOutput:
+    """One answer of `generate_greedy_batch`."""
+
+    text: str
+    token_ids: list[int]
+    """The kept tokens (a stop token is not kept; the token that made `stop_text` true is)."""
+    finish: str
+    """Why it ended: "stop" (a stop token), "stop_text" (`stop_text` became true) or "length" (the budget)."""
+
+
+@torch.no_grad()
+def generate_greedy_batch(model, tokenizer, prompts: list[list[int]], *, max_new_tokens: int = 256,
+                          stop_ids: set[int] | None = None, batch_size: int = 16,
+                          stop_text: Callable[[str], bool] | None = None,
+                          progress: Callable[[int, int], None] | None = None) -> list[BatchOutput]:
+    """Greedy continuations of many prompts, `batch_size` at a time; outputs in the order of `prompts`.
+
+    The same answers as `stream_tokens` at temperature 0 (up to float rounding of batched matmuls). Prompts
+    are sorted by length before chunking so that little padding is computed. `progress(finished, total)` is
+    called each time an answer ends.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}: use 1 or more")
+    stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    outputs: list[BatchOutput | None] = [None] * len(prompts)
+    finished = 0
+
+    def on_finish() -> None:
+        nonlocal finished
+        finished += 1
+        if progress is not None:
+            progress(finished, len(prompts))
+
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        answers = _greedy_chunk(model, tokenizer, [prompts[i] for i in chunk], max_new_tokens, stop_ids, stop_text,
+                                on_finish)
+        for i, answer in zip(chunk, answers, strict=True):
+            outputs[i] = answer
+    return outputs  # type: ignore[return-value]
+
+
+def _left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Input ids, attention mask and position ids of left-padded prompts (each prompt starts at position 0)."""
+    if any(not p for p in prompts):
+        raise ValueError("generate_greedy_batch got an empty prompt; every prompt needs at least one token")
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # padding positions are masked; any value will do
+    return ids, mask, positions
+
+
+def _greedy_chunk(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, stop_ids: set[int],
+                  stop_text: Callable[[str], bool] | None, on_finish: Callable[[], None]) -> list[BatchOutput]:
+    """Decode one chunk until every row has ended; ended rows ride along (their tokens are ignored)."""
+    device = next(model.parameters()).device
+    keep_last = _keeps_last_logits_only(model)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids, mask, positions = _left_padded(prompts, pad_id, device)
+    kept: list[list[int]] = [[] for _ in prompts]
+    finish: list[str | None] = [None] * len(prompts)
+    past = None
+    for _ in range(max_new_tokens):
+        logits, past = _last_logits(model, keep_last, input_ids=ids, attention_mask=mask, position_ids=positions,
+                                    past_key_values=past)
+        tokens = logits.argmax(dim=-1).tolist()
+        for row, token in enumerate(tokens):
+            if finish[row] is None:
+                finish[row] = _push(kept[row], token, tokenizer, stop_ids, stop_text)
+                if finish[row] is not None:
+                    on_finish()
+        if all(f is not None for f in finish):
+            break
+        ids = torch.tensor([[t] for t in tokens], device=device)
+        mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)
+        positions = positions[:, -1:] + 1
+    for row, f in enumerate(finish):
+        if f is None:
+            finish[row] = "length"
+            on_finish()
+    return [BatchOutput(tokenizer.decode(k, skip_special_tokens=True), k, f) for k, f in zip(kept, finish, strict=True)]
+
+
+def _push(kept: list[int], token: int, tokenizer, stop_ids: set[int], stop_text: Callable[[str], bool] | None
+          ) -> str | None:
+    """Add a decoded token to a row; returns why the row ends now, or None while it goes on."""
+    if token in stop_ids:
+        return "stop"
+    kept.append(token)
+    if stop_text is not None and stop_text(tokenizer.decode(kept, skip_special_tokens=True)):
+        return "stop_text"
+    return None
+
+
+def constraint_accepts(tokenizer, token_ids: list[int], constraint: Constraint) -> bool:
+    """Whether greedy constrained decoding would keep exactly `token_ids` and then stop, given that they are the
+    model's greedy choice followed by a stop token.
+
+    Each first choice is kept by `_first_viable` when its prefix text is viable, and the stop token when the
+    text is complete; then no step backtracks and the constrained decoder makes the same choices.
+    """
+    detok = _Detokenizer(tokenizer)
+    for token in token_ids:
+        if not constraint.viable(detok.text_with(token)):
+            return False
+        detok.ids.append(token)
+    return constraint.complete(detok.text_with())
 
 
 MAX_BACKTRACKS = 32
@@ -127,13 +275,14 @@ def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p
     out first, `constraint.finish` closes the text.
     """
     device = next(model.parameters()).device
+    keep_last = _keeps_last_logits_only(model)
     detok = _Detokenizer(tokenizer)
     alternatives: list[list[int]] = []  # per kept token: the candidates not yet tried at that position
     pending, past, backtracks, done = list(input_ids), None, 0, False
     while len(detok.ids) < max_new_tokens and not done:
-        out = model(input_ids=torch.tensor([pending], device=device), past_key_values=past, use_cache=True)
-        past = out.past_key_values
-        order = _candidates(out.logits[0, -1].float().cpu(), temperature, top_p, gen, constraint.max_candidates)
+        logits, past = _last_logits(model, keep_last, input_ids=torch.tensor([pending], device=device),
+                                    past_key_values=past)
+        order = _candidates(logits[0], temperature, top_p, gen, constraint.max_candidates)
         token, rest = _first_viable(order[: constraint.max_candidates].tolist(), detok, stop_ids, constraint)
         while token is None and alternatives and backtracks < MAX_BACKTRACKS:
             backtracks += 1
@@ -175,7 +324,8 @@ def _candidates(logits: torch.Tensor, temperature: float, top_p: float, gen: tor
                 ) -> torch.Tensor:
     """Token ids in the order they would be chosen: by logit (greedy) or by a seeded draw (sampling)."""
     if temperature <= 0:
-        return torch.argsort(logits, descending=True)
+        # Stable, so ties go to the lowest id as with argmax: the batched greedy decoder picks the same token.
+        return torch.sort(logits, descending=True, stable=True).indices
     probs = torch.softmax(logits / temperature, dim=-1)
     if top_p < 1.0:
         sorted_p, order = torch.sort(probs, descending=True)

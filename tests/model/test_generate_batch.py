@@ -1,0 +1,158 @@
+"""Batched greedy decoding: same tokens as the single-stream loop, stops and budgets, fences, constraint replay."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from mens.model.generate import (  # noqa: E402
+    Constraint,
+    chat_input_ids,
+    code_block_closed,
+    constraint_accepts,
+    generate_greedy_batch,
+    stream_tokens,
+)
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+PROMPTS = ["add one", "hello world hello", "fn add(a: int) to int { return a + 1 } and then some more words 0123", "9"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return _tiny("llama")
+
+
+def _tiny(arch: str):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["fn add(a: int) to int { return a + 1 }", "hello world 0123456789"] * 20, trainer)
+    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                                  pad_token="<|im_end|>")
+    hf_tok.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(0)
+    if arch == "gpt2":  # learned absolute positions: wrong position ids would change the answers
+        cfg = transformers.GPT2Config(vocab_size=len(hf_tok), n_embd=32, n_layer=2, n_head=4, n_positions=256,
+                                      eos_token_id=hf_tok.eos_token_id)
+        return transformers.GPT2LMHeadModel(cfg).eval(), hf_tok
+    cfg = transformers.LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                   max_position_embeddings=256, eos_token_id=hf_tok.eos_token_id)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    return model, hf_tok
+
+
+def _prompts(tok) -> list[list[int]]:
+    return [chat_input_ids(tok, [{"role": "user", "content": p}], "You write code.") for p in PROMPTS]
+
+
+def _single(model, tok, ids, **kw) -> tuple[list[int], str]:
+    kept: list[int] = []
+    text = "".join(stream_tokens(model, tok, ids, on_token=kept.append, **kw))
+    return kept, text
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 16])
+def test_batched_greedy_equals_single_stream(tiny, batch_size):
+    model, tok = tiny
+    prompts = _prompts(tok)
+    assert len({len(p) for p in prompts}) == len(prompts)  # different lengths: left padding is exercised
+    outs = generate_greedy_batch(model, tok, prompts, max_new_tokens=20, stop_ids=set(), batch_size=batch_size)
+    for ids, out in zip(prompts, outs, strict=True):
+        kept, text = _single(model, tok, ids, max_new_tokens=20, stop_ids=set())
+        assert out.token_ids == kept and out.text == text and out.finish == "length"
+
+
+def test_batched_greedy_equals_single_stream_with_absolute_positions():
+    model, tok = _tiny("gpt2")
+    prompts = _prompts(tok)
+    outs = generate_greedy_batch(model, tok, prompts, max_new_tokens=16, stop_ids=set(), batch_size=4)
+    for ids, out in zip(prompts, outs, strict=True):
+        assert out.token_ids == _single(model, tok, ids, max_new_tokens=16, stop_ids=set())[0]
+
+
+def test_stop_ids_and_budget_are_honoured(tiny):
+    model, tok = tiny
+    prompts = _prompts(tok)
+    free = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids=set())
+    assert all(len(o.token_ids) == 12 for o in free)
+    stop = free[0].token_ids[4]  # the first prompt's fifth greedy token becomes a stop token
+    done: list[tuple[int, int]] = []
+    outs = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids={stop},
+                                 progress=lambda i, n: done.append((i, n)))
+    first = free[0].token_ids.index(stop)
+    assert outs[0].finish == "stop" and outs[0].token_ids == free[0].token_ids[:first]
+    for ids, out in zip(prompts, outs, strict=True):
+        kept, _ = _single(model, tok, ids, max_new_tokens=12, stop_ids={stop})
+        assert out.token_ids == kept and stop not in out.token_ids
+        assert out.finish == ("stop" if len(kept) < 12 else "length")
+    assert done == [(i, len(prompts)) for i in range(1, len(prompts) + 1)]
+
+
+def test_stop_text_keeps_the_token_that_triggers_it(tiny):
+    model, tok = tiny
+    prompts = _prompts(tok)
+    free = generate_greedy_batch(model, tok, prompts, max_new_tokens=10, stop_ids=set())
+    target = free[1].text[:3]  # stop once the second answer has produced its first three characters
+
+    def stop_text(text: str) -> bool:
+        return text.startswith(target)
+
+    outs = generate_greedy_batch(model, tok, prompts, max_new_tokens=10, stop_ids=set(), stop_text=stop_text)
+    assert outs[1].finish == "stop_text" and outs[1].text.startswith(target)
+    for ids, out in zip(prompts, outs, strict=True):
+        kept, text = _single(model, tok, ids, max_new_tokens=10, stop_ids=set(), stop_text=stop_text)
+        assert out.token_ids == kept and out.text == text
+
+
+def test_code_block_closed():
+    assert code_block_closed("Here:\n```vox\nfn f() {}\n```")
+    assert code_block_closed("```\nx = 1\n```\nThis code sets x.")
+    assert code_block_closed("  ```python\nx = 1\n  ```  \n")
+    assert code_block_closed("~~~\nx\n~~~")
+    assert not code_block_closed("```vox\nfn f() {}\n")  # still open
+    assert not code_block_closed("```vox\nfn f() {}\n``")  # closing fence not finished yet
+    assert not code_block_closed("```vox")  # opening line not finished
+    assert not code_block_closed("fn f() {}\nreturn 1\n")  # bare code
+    assert not code_block_closed("use ```x``` inline\nmore")  # no fence line
+    assert not code_block_closed("```\nx\n~~~")  # a different fence does not close it
+
+
+def _fake_constraint(bad: str = "!") -> Constraint:
+    return Constraint(viable=lambda t: bad not in t, complete=lambda t: t.endswith("1"))
+
+
+def test_constraint_replay(tiny):
+    _, tok = tiny
+    good = tok("return a + 1", add_special_tokens=False)["input_ids"]
+    assert constraint_accepts(tok, good, _fake_constraint())
+    assert not constraint_accepts(tok, good, _fake_constraint(bad="a"))  # a prefix is not viable
+    unfinished = tok("return a +", add_special_tokens=False)["input_ids"]
+    assert not constraint_accepts(tok, unfinished, _fake_constraint())  # the stop token would be refused
+    assert constraint_accepts(tok, [], Constraint(viable=lambda t: True, complete=lambda t: t == ""))
+
+
+def test_replayed_greedy_output_equals_constrained_decoding(tiny):
+    """Where the replay accepts a greedy answer that ended at a stop token, the constrained decoder agrees."""
+    model, tok = tiny
+    prompts = _prompts(tok)
+    free = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids=set())
+    stop = free[2].token_ids[5]
+    outs = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids={stop})
+    assert outs[2].finish == "stop"
+    text = outs[2].text
+    constraint = Constraint(viable=lambda t: text.startswith(t), complete=lambda t: t == text)
+    assert constraint_accepts(tok, outs[2].token_ids, constraint)
+    constrained = "".join(stream_tokens(model, tok, prompts[2], max_new_tokens=12, stop_ids={stop},
+                                        constraint=constraint))
+    assert constrained == text
