@@ -107,9 +107,21 @@ def generate(
     out: Path = typer.Option(..., "-o", "--output", help="Synthetic train pairs JSONL."),
     limit: int = typer.Option(200, "--limit", "-n", help="Number of programs."),
     seed: int = typer.Option(0, "--seed", help="RNG seed (same seed, same output)."),
+    tasks: bool = typer.Option(False, "--tasks", help="Task-shaped pairs (named decls, signatures, request words) "
+                               "checked against their own expect, instead of the template programs."),
+    focus: Path = typer.Option(None, "--focus", help="benchmark_results.json (mens eval-local): weight the task "
+                               "categories that failed; implies --tasks."),
     language: str = LANG,
 ) -> None:
     """Synthetic programs with descriptions, from templates; every one is parse-checked."""
-    from mens.corpus.generate import generate_to_file
+    if not (tasks or focus):
+        from mens.corpus.generate import generate_to_file
 
-    typer.echo(generate_to_file(out, limit, seed, language).summary())
+        typer.echo(generate_to_file(out, limit, seed, language).summary())
+        return
+    from mens.corpus.taskgen import generate_tasks_to_file, load_focus
+
+    weights = load_focus(focus) if focus else None
+    if weights:
+        typer.echo("focus: " + ", ".join(f"{c} {w:g}" for c, w in sorted(weights.items(), key=lambda x: -x[1])))
+    typer.echo(generate_tasks_to_file(out, limit, seed, weights, language).summary())
