@@ -1,8 +1,8 @@
 """The shipped Vox bench is achievable: a hand-written reference answer passes every task.
 
-`bench_reference.jsonl` holds one idiomatic answer per task of the default bench, written in current
-Vox (0.5.x syntax) and checked by the real Vox parser. If a task's expectation drifts out of reach
-(a kind the parser never reports, a name it cannot declare), its reference fails here. The
+`vox_default_reference.jsonl` (shipped beside the bench) holds one idiomatic answer per task of the default
+bench, written in current Vox (0.5.x syntax) and checked by the real Vox parser. If a task's expectation
+drifts out of reach (a kind the parser never reports, a name it cannot declare), its reference fails here. The
 negative cases show the checks bite: near-miss answers to representative tasks must fail, for the
 reason we expect. Needs only the package (no shared corpus, no model).
 """
@@ -21,7 +21,7 @@ from mens.lang import get_language
 
 VOX = get_language("vox")
 TASKS = {t.id: t for t in load_bench()}
-REFERENCE_FILE = Path(__file__).with_name("bench_reference.jsonl")
+REFERENCE_FILE = Path(__file__).parents[2] / "src/mens/evaluate/data/vox_default_reference.jsonl"
 REFERENCES = {
     row["id"]: row["answer"]
     for row in map(json.loads, REFERENCE_FILE.read_text(encoding="utf-8").splitlines())
@@ -30,7 +30,7 @@ REFERENCES = {
 
 def test_every_task_has_exactly_one_reference():
     lines = [ln for ln in REFERENCE_FILE.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    assert len(lines) == len(REFERENCES), "duplicate ids in bench_reference.jsonl"
+    assert len(lines) == len(REFERENCES), "duplicate ids in vox_default_reference.jsonl"
     assert sorted(REFERENCES) == sorted(TASKS)
 
 

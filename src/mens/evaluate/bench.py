@@ -117,3 +117,30 @@ def _load_jsonl(text: str, where: str) -> list[BenchTask]:
     if not tasks:
         raise DataError(f"{where}: no tasks; each line must be a JSON task with id, prompt and expect")
     return tasks
+
+
+def load_references(path: str | Path | None = None) -> dict[str, str]:
+    """Reference answers by task id: `<bench stem>_reference.jsonl` beside the bench (`{"id", "answer"}` a line).
+
+    The shipped default bench has one for every task (they prove each task achievable, and `mens dogfood`
+    drops training pairs whose code equals a held-out answer). A bench without references gives {}.
+    """
+    if path is None or str(path) == DEFAULT_BENCH:
+        ref = resources.files("mens.evaluate").joinpath("data", f"{DEFAULT_BENCH}_reference.jsonl")
+        text, where = ref.read_text("utf-8"), f"<mens>/evaluate/data/{DEFAULT_BENCH}_reference.jsonl"
+    else:
+        p = Path(path)
+        ref_path = (p if p.is_dir() else p.parent) / f"{'manifest' if p.is_dir() else p.stem}_reference.jsonl"
+        if not ref_path.is_file():
+            return {}
+        text, where = ref_path.read_text(encoding="utf-8"), str(ref_path)
+    refs: dict[str, str] = {}
+    for no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            refs[str(row["id"])] = str(row["answer"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise DataError(f"{where}:{no}: expected a JSON object with 'id' and 'answer'") from None
+    return refs

@@ -18,6 +18,12 @@ def _fmt(v) -> str:
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
+def _peak(peak) -> str:
+    if isinstance(peak, dict):
+        return ", ".join(f"{k} {v}" for k, v in peak.items()) or "not measured"
+    return "not measured" if peak is None else str(peak)
+
+
 def _metadata(files: RunFiles) -> dict:
     m = files.manifest
     meta = {
@@ -81,10 +87,28 @@ def _gates_section(run: Path) -> list[str]:
     return [*lines, ""]
 
 
+def _parity_section(run: Path) -> list[str]:
+    """What `mens dogfood` measured after the merge: the merged model and the server against the adapter."""
+    path = run / "merge_parity.json"
+    if not path.is_file():
+        return []
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    m, s = doc.get("merged_vs_adapter", {}), doc.get("served_vs_merged", {})
+    lines = ["## After the merge", "",
+             f"The merged model gives the same task result as the adapter on {m.get('same_result')} of "
+             f"{m.get('tasks')} held-out tasks ({m.get('same_text')} answers identical; greedy, same prompts); "
+             f"`mens serve` on the merged model gives the same result on {s.get('same_result')} of {s.get('tasks')} "
+             f"({s.get('same_text')} identical)."]
+    if m.get("different_result"):
+        lines.append(f"Tasks whose result changed in the merge: {', '.join(m['different_result'])}.")
+    return [*lines, ""]
+
+
 def build_card(run_dir: str | Path) -> str:
     files = read_run(run_dir)
     m, s = files.manifest, files.summary
     cfg = m.get("config") or {}
+    ex = m.get("examples") or {}
     cfg_rows = "\n".join(f"| {k} | {v} |" for k, v in sorted(cfg.items()) if not isinstance(v, (dict, list)))
     parts = [
         "---", yaml.safe_dump(_metadata(files), sort_keys=False).strip(), "---", "",
@@ -93,15 +117,16 @@ def build_card(run_dir: str | Path) -> str:
         f"({m.get('backend', 'unknown')} backend). It answers requests with Vox code; the numbers below "
         "come from this run's own benchmark and say how often that code parses and does what was asked.", "",
         "## Data", "",
-        f"Training file sha256 `{m.get('data_sha256', '?')}`; {m.get('train_examples', '?')} training and "
-        f"{m.get('val_examples', '?')} validation examples.", "",
+        f"Training file sha256 `{m.get('data_sha256', '?')}`; {ex.get('train', '?')} training and "
+        f"{ex.get('val', '?')} validation examples.", "",
         "## Training", "",
         f"{s.get('steps', '?')} optimizer steps, final loss {_fmt(s.get('final_loss', '?'))}, "
         f"{_fmt(s.get('tokens_per_s', '?'))} tokens/s, {_fmt(s.get('wall_time_s', '?'))} s, "
-        f"peak memory {_fmt(s.get('peak_memory_mb', '?'))} MB.", "",
+        f"peak memory {_peak(s.get('peak_memory'))}.", "",
         *(["| setting | value |", "|---|---|", cfg_rows, ""] if cfg_rows else []),
         *_results_section(files),
         *_gates_section(files.run),
+        *_parity_section(files.run),
         "## Limits", "",
         "- Parsing is checked with mens's Vox frontend (upstream parser parity); it does not type-check or run "
         "the code.",

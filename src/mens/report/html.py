@@ -45,11 +45,21 @@ def _metrics_table(bench: dict) -> str:
 
 
 def _failures(bench: dict) -> str:
+    """The failure counts by reason, then every failing task grouped by bench category, with its reason."""
     counts = bench.get("metrics", {}).get("failures_by_category") or {}
     if not counts:
         return ""
     items = "".join(f"<li>{html.escape(k)}: {v}</li>" for k, v in counts.items())
-    return f"<h2>Remaining failures by category</h2><ul>{items}</ul>"
+    by_cat: dict[str, list[dict]] = {}
+    for f in bench.get("failures") or []:
+        by_cat.setdefault(f.get("category", "?"), []).append(f)
+    rows = "".join(
+        f"<tr><td>{html.escape(cat)}</td><td>{html.escape(str(f.get('id')))}</td>"
+        f"<td>{html.escape(str(f.get('failure')))}</td><td>{html.escape(str(f.get('reason'))[:160])}</td></tr>"
+        for cat, fs in sorted(by_cat.items()) for f in fs)
+    table = ("<table><tr><th>category</th><th>task</th><th>failure</th><th>reason</th></tr>" + rows + "</table>"
+             if rows else "")
+    return f"<h2>Remaining failures</h2><p>By reason:</p><ul>{items}</ul>{table}"
 
 
 def write_report(run_dir: str | Path) -> Path:

@@ -1,0 +1,56 @@
+"""`mens dogfood`: flags in, one call to `mens.dogfood.run_dogfood`, the headline numbers out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("dogfood")(dogfood)
+
+
+def dogfood(
+    output_dir: Path = typer.Option(Path("runs/dogfood"), "--output-dir", "-o", help="Where every stage writes."),
+    model: str = typer.Option("smollm2-135m", "--model", help="Base model: embedded name, local HF dir or hub id."),
+    corpus: list[Path] = typer.Option(None, "--corpus", help="Extra Vox sources/docs (repeatable), e.g. a checkout."),
+    quick: bool = typer.Option(False, "--quick", help="A small version: 30 steps, 8 held-out tasks (minutes)."),
+    backend: str = typer.Option(None, "--backend", help="qlora, lora or full (default: the device preset's)."),
+    preset: str = typer.Option(None, "--preset", help="Training preset (default: the device's, see `mens probe`)."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    epochs: float = typer.Option(None, "--epochs", help="Training epochs (default: the preset's)."),
+    max_steps: int = typer.Option(None, "--max-steps", help="Training steps (overrides --epochs)."),
+    synthetic: int = typer.Option(None, "--synthetic", help="Synthetic programs to add (default 200; quick 40)."),
+    tasks: int = typer.Option(None, "--tasks", help="Task-shaped synthetic pairs to add (default 600; quick 60)."),
+    limit: int = typer.Option(None, "--limit", min=1, help="Evaluate only the first N held-out tasks."),
+    max_new_tokens: int = typer.Option(None, "--max-new-tokens", min=1, help="Answer budget in eval (200; quick 128)."),
+    modes: str = typer.Option("greedy,retry,constrained", "--modes", help="Decoding modes for the tuned model."),
+    gates: str = typer.Option(None, "--gates", help="Gate YAML, or `none` (default: parse >= 0.80, gain >= 0.30)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for phrasings, synthetic data and the mix."),
+    resume: bool = typer.Option(False, "--resume", help="Continue a run in --output-dir, skipping finished stages."),
+) -> int:
+    """Run the whole pipeline on the embedded Vox corpus: data, held-out bench, base eval, train, eval, gate,
+    merge, model card and report."""
+    from mens.dogfood import DogfoodConfig, run_dogfood
+
+    cfg = DogfoodConfig(output_dir=output_dir, model=model, corpus=list(corpus or []), quick=quick, backend=backend,
+                        preset=preset, device=device, epochs=epochs, max_steps=max_steps, synthetic=synthetic,
+                        tasks=tasks,
+                        limit=limit, max_new_tokens=max_new_tokens,
+                        modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
+                        gates=None if gates is None else Path(gates), seed=seed, resume=resume)
+    s = run_dogfood(cfg)
+    typer.echo(f"base model:  non-empty parse rate {_f(s['base']['nonempty_parse_rate'])}, "
+               f"pass@1 {_f(s['base']['pass_at_1'])}")
+    for mode, m in s["tuned"].items():
+        typer.echo(f"tuned {mode:12s} non-empty parse rate {_f(m['nonempty_parse_rate'])}, pass@1 {_f(m['pass_at_1'])}")
+    typer.echo(f"gate: {'passed' if s['gate'] else 'not run' if s['gate'] is None else 'FAILED'}; "
+               f"{s['total_stage_seconds']:.0f} s in stages")
+    typer.echo(f"card {s['card']}\nreport {s['report']}\nmerged {s['merged']}")
+    typer.echo(f"summary {output_dir / 'dogfood_summary.json'}")
+    return 0
+
+
+def _f(v) -> str:
+    return "-" if v is None else f"{v:.3f}"

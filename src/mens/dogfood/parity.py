@@ -1,0 +1,86 @@
+"""Does the gain survive the merge? The merged directory and the real HTTP server answer the held-out tasks,
+and their task results are compared with the adapter's (greedy, same prompts).
+
+The server is `mens serve`'s app under uvicorn on a free loopback port, asked with plain urllib (what any
+OpenAI client sends), so the check covers the whole serving path: chat template, system prompt, stop tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from mens.evaluate.bench import BenchTask
+from mens.evaluate.checks import check_output
+from mens.lang import Language
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url: str, body: dict, timeout_s: float) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (loopback only)
+        return json.loads(resp.read())
+
+
+def served_answers(model_dir: Path, tasks: list[BenchTask], max_tokens: int, device: str = "auto",
+                   timeout_s: float = 600.0) -> list[str]:
+    """Greedy answers of `mens serve MODEL_DIR` (OpenAI chat endpoint, temperature 0) to each task's prompt."""
+    import uvicorn
+
+    from mens.model.inference import load_for_inference
+    from mens.serve.app import create_app
+    from mens.serve.hf_engine import HFEngine
+
+    app = create_app(HFEngine(load_for_inference(model_dir, device=device)), max_tokens_limit=max(2048, max_tokens))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.time() + 30
+        while not server.started:
+            if time.time() > deadline or not thread.is_alive():
+                raise RuntimeError(f"mens serve did not start on 127.0.0.1:{port}")
+            time.sleep(0.05)
+        out = []
+        for task in tasks:
+            body = {"model": "mens", "messages": [{"role": "user", "content": task.prompt}], "temperature": 0,
+                    "max_tokens": max_tokens}
+            reply = _post(f"http://127.0.0.1:{port}/v1/chat/completions", body, timeout_s)
+            out.append(reply["choices"][0]["message"]["content"] or "")
+        return out
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def compare_results(adapter: list[dict], merged: list[dict]) -> dict:
+    """Per-task pass/fail of two bench result lists (first sample each), and where they differ."""
+    a = {r["id"]: r["samples"][0] for r in adapter}
+    m = {r["id"]: r["samples"][0] for r in merged}
+    common = [tid for tid in a if tid in m]
+    differ = [tid for tid in common if a[tid]["pass"] != m[tid]["pass"]]
+    return {"tasks": len(common), "same_result": len(common) - len(differ), "different_result": differ,
+            "same_text": sum(a[t]["output"] == m[t]["output"] for t in common),
+            "adapter_passed": sum(a[t]["pass"] for t in common), "merged_passed": sum(m[t]["pass"] for t in common)}
+
+
+def compare_served(tasks: list[BenchTask], served: list[str], merged: list[dict], lang: Language) -> dict:
+    """Task results of the served answers against the merged model's results for the same tasks."""
+    m = {r["id"]: r["samples"][0] for r in merged}
+    rows = []
+    for task, text in zip(tasks, served, strict=True):
+        ok = check_output(text, task.expect, lang).passed
+        rows.append({"id": task.id, "served_pass": ok, "merged_pass": m[task.id]["pass"],
+                     "same_text": text == m[task.id]["output"]})
+    return {"tasks": len(rows), "same_result": sum(r["served_pass"] == r["merged_pass"] for r in rows),
+            "same_text": sum(r["same_text"] for r in rows), "rows": rows}

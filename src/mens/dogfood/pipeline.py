@@ -1,0 +1,209 @@
+"""`mens dogfood`: the embedded Vox corpus to a fine-tuned, evaluated, gated, merged assistant, end to end.
+
+Stages run in order, each reading the files of the stages before it and writing its own under the output
+directory; `dogfood_state.json` records what finished (and how long it took), so `--resume` skips done
+stages and a failed stage keeps everything before it. Run: `mens dogfood [--quick] [-o runs/dogfood]`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from mens.errors import GateFailed, MensError, UsageError
+
+STATE = "dogfood_state.json"
+SUMMARY = "dogfood_summary.json"
+SHORT_SYSTEM_PROMPT = "You are an expert Vox programmer. Answer with valid, current Vox code only."
+"""The first line of the packaged prompt. The full one is ~270 tokens, four times a typical pair: on CPU it
+would cost most of the training time and teaches a 135M base little; dogfood trains, evaluates and serves
+with this one (stored in the run's manifest, so eval, merge and serve reuse it)."""
+
+
+@dataclass
+class DogfoodConfig:
+    output_dir: Path
+    model: str = "smollm2-135m"
+    corpus: list[Path] = field(default_factory=list)
+    """Extra sources (a Vox checkout's examples/ and docs/) added to the embedded corpus."""
+    quick: bool = False
+    backend: str | None = None
+    """None = the preset's (the device's recommendation)."""
+    preset: str | None = None
+    device: str = "auto"
+    epochs: float | None = None
+    max_steps: int | None = None
+    synthetic: int | None = None
+    """Synthetic programs from `corpus generate` (default 200; quick 40)."""
+    tasks: int | None = None
+    """Task-shaped pairs from `corpus generate --tasks` (default 600; quick 60)."""
+    bench: str = "vox_default"
+    split: str = "heldout"
+    limit: int | None = None
+    """Evaluate only the first N held-out tasks (quick: 8)."""
+    max_new_tokens: int | None = None
+    modes: tuple[str, ...] = ("greedy", "retry", "constrained")
+    served_tasks: int | None = None
+    """How many held-out prompts are also sent to the real server in the parity stage (default 8; quick 2)."""
+    gates: Path | None = None
+    """Gate YAML; None = the packaged dogfood gates; the string "none" skips the gate stage."""
+    system_prompt: str = SHORT_SYSTEM_PROMPT
+    seed: int = 0
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.output_dir)
+        if self.synthetic is None:
+            self.synthetic = 40 if self.quick else 200
+        if self.tasks is None:
+            self.tasks = 60 if self.quick else 600
+        if self.limit is None and self.quick:
+            self.limit = 8
+        if self.served_tasks is None:
+            self.served_tasks = 2 if self.quick else 8
+        if self.max_new_tokens is None:
+            self.max_new_tokens = 128 if self.quick else 200
+        if self.quick and self.max_steps is None and self.epochs is None:
+            self.max_steps = 30
+
+
+@dataclass
+class Context:
+    cfg: DogfoodConfig
+    log: Callable[[str], None]
+    notes: dict = field(default_factory=dict)
+    """Per-stage one-line results, kept in the state file and the summary."""
+
+    def path(self, *parts: str) -> Path:
+        return self.cfg.output_dir.joinpath(*parts)
+
+    @property
+    def run(self) -> Path:
+        return self.path("run")
+
+
+def _default_gates() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("mens.dogfood").joinpath("gates.yaml")))
+
+
+class Pipeline:
+    """The ordered stages; `run()` executes the ones not yet done and writes state after each."""
+
+    def __init__(self, cfg: DogfoodConfig, log: Callable[[str], None] | None = None):
+        from mens.dogfood import stages
+
+        self.cfg = cfg
+        self.ctx = Context(cfg, log or _stderr)
+        self.stages: list[tuple[str, Callable[[Context], str]]] = [
+            ("extract", stages.extract), ("validate", stages.validate), ("pairs", stages.pairs),
+            ("generate", stages.generate), ("mix", stages.mix), ("heldout", stages.heldout),
+            ("eval-base", stages.eval_base), ("train", stages.train), ("eval-tuned", stages.eval_tuned),
+            ("gate", stages.gate), ("merge", stages.merge), ("parity", stages.parity), ("card", stages.card),
+        ]
+
+    def _state(self) -> dict:
+        p = self.ctx.path(STATE)
+        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+
+    def _save(self, state: dict) -> None:
+        self.ctx.path(STATE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+
+    def prepare(self) -> dict:
+        out = self.cfg.output_dir
+        state = self._state()
+        if out.exists() and any(out.iterdir()) and not self.cfg.resume:
+            raise UsageError(f"--output-dir {out} is not empty; pass --resume to continue that run (finished "
+                             "stages are skipped) or choose a new directory")
+        if self.cfg.resume and state.get("config") and state["config"] != _config_json(self.cfg):
+            raise UsageError(f"--resume: {out / STATE} was written with other settings; rerun with the same flags "
+                             "or choose a new --output-dir")
+        out.mkdir(parents=True, exist_ok=True)
+        state.setdefault("config", _config_json(self.cfg))
+        state.setdefault("stages", {})
+        return state
+
+    def run(self) -> dict:
+        """Run every stage; returns the summary. A failing stage raises after recording its error."""
+        state = self.prepare()
+        started = time.time()
+        n = len(self.stages)
+        gate_failure: GateFailed | None = None
+        for i, (name, fn) in enumerate(self.stages, start=1):
+            done = state["stages"].get(name, {})
+            if done.get("status") == "done":
+                self.ctx.log(f"[{i}/{n}] {name}: done earlier ({done.get('note', '')})")
+                continue
+            if name in ("merge", "parity") and gate_failure is not None:
+                state["stages"][name] = {"status": "skipped", "note": "gate failed: the model is not promoted"}
+                self._save(state)
+                self.ctx.log(f"[{i}/{n}] {name}: skipped (gate failed)")
+                continue
+            self.ctx.log(f"[{i}/{n}] {name} ...")
+            t0 = time.time()
+            try:
+                note = fn(self.ctx)
+            except GateFailed as e:  # recorded; the card and report still show the verdict
+                gate_failure = e
+                note = f"FAILED: {e}"
+            except (MensError, KeyboardInterrupt, Exception) as e:
+                state["stages"][name] = {"status": "failed", "error": f"{type(e).__name__}: {e}",
+                                         "seconds": round(time.time() - t0, 1)}
+                self._save(state)
+                self.ctx.log(f"[{i}/{n}] {name} FAILED after {time.time() - t0:.0f} s; the artifacts of earlier "
+                             f"stages are kept under {self.cfg.output_dir} (rerun with --resume)")
+                raise
+            secs = round(time.time() - t0, 1)
+            state["stages"][name] = {"status": "failed" if name == "gate" and gate_failure else "done",
+                                     "seconds": secs, "note": note}
+            self._save(state)
+            self.ctx.log(f"[{i}/{n}] {name}: {note} ({secs:.0f} s)")
+        summary = self.summary(state, time.time() - started)
+        if gate_failure is not None:
+            raise gate_failure
+        return summary
+
+    def summary(self, state: dict, seconds: float) -> dict:
+        """dogfood_summary.json: the headline numbers from the run's own files, and the stage times."""
+        bench = _read(self.ctx.run / "benchmark_results.json")
+        modes = bench.get("modes", {})
+        out = {
+            "schema": "mens_dogfood_summary_v1", "output_dir": str(self.cfg.output_dir),
+            "wall_time_s_this_session": round(seconds, 1),
+            "stage_seconds": {k: v.get("seconds") for k, v in state["stages"].items()},
+            "total_stage_seconds": round(sum(v.get("seconds") or 0 for v in state["stages"].values()), 1),
+            "base": {k: bench.get("base", {}).get("metrics", {}).get(k) for k in ("nonempty_parse_rate", "pass_at_1")},
+            "tuned": {m: {k: v.get(k) for k in ("nonempty_parse_rate", "pass_at_1", "pass_at_k")}
+                      for m, v in modes.items()},
+            "gain_over_base": bench.get("metrics", {}).get("gain_over_base"),
+            "gate": _read(self.ctx.run / "gate_receipt.json").get("overall_passed"),
+            "merge_parity": {k: {"tasks": v.get("tasks"), "same_result": v.get("same_result")}
+                             for k, v in _read(self.ctx.run / "merge_parity.json").items() if isinstance(v, dict)},
+            "run": str(self.ctx.run), "merged": str(self.ctx.path("merged")),
+            "card": str(self.ctx.run / "README.md"), "report": str(self.ctx.run / "report.html"),
+        }
+        self.ctx.path(SUMMARY).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+        return out
+
+
+def _config_json(cfg: DogfoodConfig) -> dict:
+    d = asdict(cfg)
+    d.pop("resume")  # how the run was started, not what it computes
+    return json.loads(json.dumps(d, default=str))
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_dogfood(cfg: DogfoodConfig, log: Callable[[str], None] | None = None) -> dict:
+    return Pipeline(cfg, log).run()

@@ -1,0 +1,255 @@
+"""The stages of `mens dogfood`, one function each: `stage(ctx) -> one-line note`.
+
+Each reads what earlier stages wrote under the output directory and writes its own files (layout below);
+heavy libraries are imported inside the stages that need them.
+
+    corpus/units.jsonl validated.jsonl rejects.jsonl pairs.jsonl synthetic.jsonl tasks.jsonl mix.yaml mixed.jsonl
+    data/train.jsonl heldout_split.json eval_results.json    bench/heldout.jsonl heldout_reference.jsonl
+    eval/base_results.json merged_results.json    run/ (mens train + benchmark_results.json, gate_receipt.json,
+    merge_parity.json, README.md, report.html, plots/)    merged/ (mens merge, with the same README.md)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from mens.dogfood.pipeline import Context, _default_gates
+
+LANGUAGE = "vox"
+
+
+def extract(ctx: Context) -> str:
+    from mens.corpus.extract import embedded_root, extract_to_file
+
+    out = ctx.path("corpus", "units.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)  # extract appends: start clean so a rerun gives the same file
+    missing = [str(p) for p in ctx.cfg.corpus if not Path(p).exists()]
+    if missing:
+        from mens.errors import UsageError
+
+        raise UsageError(f"--corpus {', '.join(missing)}: no such file or directory")
+    rep = extract_to_file([embedded_root(LANGUAGE), *map(Path, ctx.cfg.corpus)], out, LANGUAGE)
+    return f"{rep.units_new} units"
+
+
+def validate(ctx: Context) -> str:
+    from mens.corpus.validate import validate_file
+
+    c = ctx.path("corpus")
+    rep = validate_file(c / "units.jsonl", c / "validated.jsonl", c / "rejects.jsonl", recheck=True,
+                        language=LANGUAGE)
+    (c / "validate_report.json").write_text(json.dumps(rep.to_json(), indent=2) + "\n", encoding="utf-8")
+    return f"kept {rep.n_kept} of {rep.n_in} (rejected {sum(rep.rejected.values())}, reasons in rejects.jsonl)"
+
+
+def pairs(ctx: Context) -> str:
+    from mens.corpus.pairs import build_pairs
+
+    c = ctx.path("corpus")
+    rep = build_pairs(c / "validated.jsonl", c / "pairs.jsonl", [], ctx.cfg.seed, 3, False,
+                      c / "pairs_rejects.jsonl", LANGUAGE)
+    return f"{rep.n_pairs} pairs from {rep.n_used} units"
+
+
+def generate(ctx: Context) -> str:
+    """Synthetic programs (construct variety) and task-shaped pairs (a request that names the kind, name and
+    signature, and an answer checked against exactly that), both parse-checked before they are written."""
+    from mens.corpus.generate import generate_to_file
+    from mens.corpus.taskgen import generate_tasks_to_file
+
+    rep = generate_to_file(ctx.path("corpus", "synthetic.jsonl"), ctx.cfg.synthetic, ctx.cfg.seed, LANGUAGE)
+    tasks = generate_tasks_to_file(ctx.path("corpus", "tasks.jsonl"), ctx.cfg.tasks, ctx.cfg.seed)
+    return (f"{rep.written} synthetic programs ({len(rep.kinds)} construct kinds) and {tasks.written} task pairs "
+            f"({len(tasks.categories)} categories); all parse and pass their own checks")
+
+
+def mix(ctx: Context) -> str:
+    from mens.corpus.mix import mix_sources
+
+    c = ctx.path("corpus")
+    config = {"version": 1, "output": "mixed.jsonl", "seed": ctx.cfg.seed,
+              "sources": [{"path": "pairs.jsonl", "weight": 1.0}, {"path": "synthetic.jsonl", "weight": 1.0},
+                          {"path": "tasks.jsonl", "weight": 1.0}]}
+    (c / "mix.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    rep = mix_sources(c / "mix.yaml", base=c)
+    return f"{rep['total_emitted']} rows from {len(rep['sources'])} sources"
+
+
+def heldout(ctx: Context) -> str:
+    from mens.corpus.eval import eval_to_file
+    from mens.dogfood.heldout import split_training_data
+
+    data = ctx.path("data")
+    data.mkdir(parents=True, exist_ok=True)
+    rep = split_training_data(ctx.path("corpus", "mixed.jsonl"), data / "train.jsonl", ctx.cfg.bench, ctx.cfg.split,
+                              ctx.path("bench", "heldout.jsonl"), data / "heldout_split.json")
+    stats = eval_to_file(data / "train.jsonl", data / "eval_results.json", None, LANGUAGE)
+    return (f"{rep.heldout_tasks} held-out tasks; training rows {rep.kept} (dropped {len(rep.dropped)} overlapping); "
+            f"training data parse rate {stats['parse_rate']:.2%}")
+
+
+def _bench_tasks(ctx: Context):
+    from mens.evaluate.bench import load_bench
+
+    tasks = load_bench(ctx.path("bench", "heldout.jsonl"))
+    return tasks[: ctx.cfg.limit] if ctx.cfg.limit else tasks
+
+
+def _progress(ctx: Context, label: str):
+    state = {"last": 0.0}
+
+    def progress(mode: str, i: int, n: int) -> None:
+        import time
+
+        if time.time() - state["last"] >= 10 or i == n:
+            state["last"] = time.time()
+            ctx.log(f"    {label} {mode}: {i}/{n} tasks")
+
+    return progress
+
+
+def eval_base(ctx: Context) -> str:
+    """The base model answers the held-out tasks (greedy) with the same system prompt the tuned model gets."""
+    from mens.evaluate.local import evaluate_model, generate_batch_fn, generate_fn
+    from mens.lang import get_language
+    from mens.model.inference import load_for_inference
+    from mens.model.load import resolve_model
+
+    lang = get_language(LANGUAGE)
+    base_dir, _ = resolve_model(ctx.cfg.model)
+    loaded = load_for_inference(base_dir, device=ctx.cfg.device)
+    loaded.system_prompt = ctx.cfg.system_prompt or None
+    tasks = _bench_tasks(ctx)
+    report = evaluate_model(generate_fn(loaded, lang), tasks, lang, modes=["greedy"], k=1,
+                            max_new_tokens=ctx.cfg.max_new_tokens, progress=_progress(ctx, "base"),
+                            generate_batch=generate_batch_fn(loaded, lang))
+    report.update({"model": str(base_dir), "bench": str(ctx.path("bench", "heldout.jsonl")), "split": "heldout",
+                   "language": LANGUAGE, "system_prompt": loaded.system_prompt})
+    out = ctx.path("eval", "base_results.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    m = report["metrics"]
+    return f"base: non-empty parse rate {m['nonempty_parse_rate']:.3f}, pass@1 {m['pass_at_1']:.3f}"
+
+
+def train_config(ctx: Context):
+    """The TrainConfig of the run: the device's preset (or --preset), then dogfood's settings, then flags."""
+    from mens.train.config import resolve_config
+    from mens.train.presets import canonical_name, load_preset, recommend_preset
+    from mens.train.probe import probe_device
+
+    cfg = ctx.cfg
+    name = cfg.preset
+    if name is None:
+        dev = probe_device(cfg.device)
+        name = recommend_preset(dev["kind"], dev.get("memory_gb"))
+    flags = {"data": str(ctx.path("data")), "output_dir": str(ctx.run), "model": cfg.model, "backend": cfg.backend,
+             "device": cfg.device, "epochs": cfg.epochs, "max_steps": cfg.max_steps, "seed": cfg.seed,
+             "system_prompt": cfg.system_prompt, "resume": cfg.resume or None,
+             "eval_every": 10 if cfg.quick else None, "save_every": 0 if cfg.quick else None}
+    tc = resolve_config(flags, load_preset(name), canonical_name(name))
+    tc.preset = canonical_name(name)
+    tc.extra = {"dogfood": str(cfg.output_dir)}
+    return tc
+
+
+def train(ctx: Context) -> str:
+    from mens.train.run import run_training
+
+    tc = train_config(ctx)
+    ctx.log(f"    preset {tc.preset}, backend {tc.backend}, device {tc.device}, "
+            f"{'max_steps ' + str(tc.max_steps) if tc.max_steps else 'epochs ' + str(tc.epochs)}")
+    s = run_training(tc)
+    return (f"{s['steps']} steps, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}, "
+            f"val loss {s['val_loss'] if s['val_loss'] is None else round(s['val_loss'], 3)}, "
+            f"{s['tokens_per_s']} tokens/s")
+
+
+def eval_tuned(ctx: Context) -> str:
+    """The tuned run answers the same tasks in every mode; the base results are attached for comparison."""
+    from mens.evaluate.local import eval_local
+
+    out = eval_local(ctx.run, str(ctx.path("bench", "heldout.jsonl")), language=LANGUAGE, k=1,
+                     modes=list(ctx.cfg.modes), split="all", limit=ctx.cfg.limit,
+                     max_new_tokens=ctx.cfg.max_new_tokens, device=ctx.cfg.device, progress=_progress(ctx, "tuned"))
+    report = json.loads(out.read_text(encoding="utf-8"))
+    base = json.loads(ctx.path("eval", "base_results.json").read_text(encoding="utf-8"))
+    attach_base(report, base)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return "; ".join(f"{mode}: parse {m['nonempty_parse_rate']:.3f}, pass@1 {m['pass_at_1']:.3f}"
+                     for mode, m in report["modes"].items()) + \
+        f"; gain over base {report['metrics']['gain_over_base']:+.3f}"
+
+
+def attach_base(report: dict, base: dict) -> None:
+    """Put the base model's results into the tuned report, as `eval-local --compare-base` does."""
+    report["base"] = {"metrics": base["metrics"], "results": base["results"], "model": base.get("model")}
+    main, b = report["metrics"], base["metrics"]
+    main["gain_over_base"] = round(main["nonempty_parse_rate"] - b["nonempty_parse_rate"], 4)
+    main["pass_gain_over_base"] = round(main["pass_at_1"] - b["pass_at_1"], 4)
+
+
+def gate(ctx: Context) -> str:
+    from mens.evaluate.gates import check_gates
+
+    if str(ctx.cfg.gates) == "none":
+        return "no gates (--gates none)"
+    results = check_gates(ctx.run, ctx.cfg.gates or _default_gates())
+    return "passed: " + ", ".join(f"{r.gate} {r.value:.3f} >= {r.threshold:.2f}" for r in results)
+
+
+def merge(ctx: Context) -> str:
+    import shutil
+
+    from mens.merge.merge import merge_adapter
+
+    out = ctx.path("merged")
+    if out.exists():  # a stage that failed half-way left it: the merge starts over
+        shutil.rmtree(out)
+    merge_adapter(ctx.run, out)
+    return f"merged model -> {out}"
+
+
+def parity(ctx: Context) -> str:
+    """The gain survives the merge: the merged model (and, for the first tasks, the real server) give the same
+    task results as the adapter, greedy, on the same prompts. Differences are recorded, not hidden."""
+    from mens.dogfood.parity import compare_results, compare_served, served_answers
+    from mens.evaluate.local import eval_local
+    from mens.lang import get_language
+
+    tuned = json.loads((ctx.run / "benchmark_results.json").read_text(encoding="utf-8"))
+    adapter = tuned["results"] if tuned.get("main_mode") == "greedy" else tuned.get("results_by_mode", {}).get("greedy")
+    if adapter is None:
+        return "skipped: the tuned model was not evaluated greedily (add greedy to --modes)"
+    out = eval_local(ctx.path("merged"), str(ctx.path("bench", "heldout.jsonl")), language=LANGUAGE, modes=["greedy"],
+                     split="all", limit=ctx.cfg.limit, max_new_tokens=ctx.cfg.max_new_tokens,
+                     output=ctx.path("eval", "merged_results.json"), device=ctx.cfg.device,
+                     progress=_progress(ctx, "merged"))
+    merged = json.loads(out.read_text(encoding="utf-8"))["results"]
+    merge_cmp = compare_results(adapter, merged)
+    tasks = _bench_tasks(ctx)[: ctx.cfg.served_tasks]
+    ctx.log(f"    served: asking `mens serve` for {len(tasks)} answers over HTTP")
+    served = served_answers(ctx.path("merged"), tasks, ctx.cfg.max_new_tokens, ctx.cfg.device)
+    served_cmp = compare_served(tasks, served, merged, get_language(LANGUAGE))
+    doc = {"schema": "mens_merge_parity_v1", "decoding": "greedy", "merged_vs_adapter": merge_cmp,
+           "served_vs_merged": served_cmp}
+    (ctx.run / "merge_parity.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    return (f"merged = adapter on {merge_cmp['same_result']}/{merge_cmp['tasks']} task results "
+            f"({merge_cmp['same_text']} identical answers); served = merged on {served_cmp['same_result']}/"
+            f"{served_cmp['tasks']} ({served_cmp['same_text']} identical)")
+
+
+def card(ctx: Context) -> str:
+    from mens.report.card import write_card
+    from mens.report.html import write_report
+
+    card_path = write_card(ctx.run)
+    report = write_report(ctx.run)
+    merged = ctx.path("merged")
+    if merged.is_dir():  # the merged directory is what gets published: it carries the same card
+        (merged / "README.md").write_text(card_path.read_text(encoding="utf-8"), encoding="utf-8")
+    return f"card {card_path}, report {report}"

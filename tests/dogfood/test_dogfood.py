@@ -1,0 +1,108 @@
+"""`mens dogfood` end to end on a tiny Llama built in code: every stage's artifacts, the gate verdict, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.conftest import build_tiny_tokenizer
+
+from mens.dogfood import DogfoodConfig, run_dogfood
+from mens.errors import GateFailed, UsageError
+
+STAGES = ["extract", "validate", "pairs", "generate", "mix", "heldout", "eval-base", "train", "eval-tuned", "gate",
+          "merge", "parity", "card"]
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory):
+    """A 2-layer Llama whose tokenizer was trained on the embedded Vox programs."""
+    import torch
+    import transformers
+
+    from mens.corpus.extract import embedded_root
+
+    texts = [p.read_text() for p in sorted(embedded_root("vox").glob("*.vox"))]
+    tok = build_tiny_tokenizer(texts, vocab_size=400)
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                                   eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    base = tmp_path_factory.mktemp("tiny") / "base"
+    transformers.LlamaForCausalLM(cfg).save_pretrained(base)
+    tok.save_pretrained(base)
+    return base
+
+
+def _cfg(out, base, **kw) -> DogfoodConfig:
+    settings = {"model": str(base), "quick": True, "max_steps": 3, "limit": 2, "max_new_tokens": 12,
+                "synthetic": 30, "tasks": 30,
+                "modes": ("greedy", "constrained"), "device": "cpu", **kw}
+    return DogfoodConfig(output_dir=out, **settings)
+
+
+def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("min_parse_rate: 0.0\n")
+    logs: list[str] = []
+    summary = run_dogfood(_cfg(tmp_path / "df", tiny_base, gates=gates), log=logs.append)
+    out = tmp_path / "df"
+    state = json.loads((out / "dogfood_state.json").read_text())
+    assert [k for k, v in state["stages"].items() if v["status"] == "done"] == STAGES
+    for rel in ("corpus/units.jsonl", "corpus/validated.jsonl", "corpus/rejects.jsonl", "corpus/pairs.jsonl",
+                "corpus/synthetic.jsonl", "corpus/tasks.jsonl", "corpus/mix.yaml", "corpus/mixed.jsonl",
+                "data/train.jsonl", "data/heldout_split.json", "data/eval_results.json", "bench/heldout.jsonl",
+                "bench/heldout_reference.jsonl", "eval/base_results.json", "eval/merged_results.json",
+                "run/merge_parity.json", "run/adapter_model.safetensors",
+                "run/benchmark_results.json", "run/gate_receipt.json", "run/README.md", "run/report.html",
+                "merged/config.json", "merged/README.md", "dogfood_summary.json"):
+        assert (out / rel).is_file(), rel
+    # the held-out split really is held out: no training row has a held-out answer's code
+    split = json.loads((out / "data/heldout_split.json").read_text())
+    assert any(d["task"] == "fn-add" for d in split["dropped_rows"])  # the embedded add_numbers.vox collides
+    bench = json.loads((out / "run/benchmark_results.json").read_text())
+    assert set(bench["modes"]) == {"greedy", "constrained"} and bench["base"]["metrics"]["tasks"] == 2
+    assert bench["metrics"]["gain_over_base"] == pytest.approx(
+        bench["metrics"]["nonempty_parse_rate"] - bench["base"]["metrics"]["nonempty_parse_rate"], abs=1e-4)
+    manifest = json.loads((out / "run/training_manifest.json").read_text())
+    assert manifest["system_prompt"] == DogfoodConfig(output_dir=out).system_prompt
+    assert summary["gate"] is True and summary["base"]["nonempty_parse_rate"] is not None
+    assert "base model (greedy)" in (out / "run/README.md").read_text()
+    assert any(line.startswith("[13/13] card") for line in logs)
+
+    parity = json.loads((out / "run/merge_parity.json").read_text())
+    assert parity["merged_vs_adapter"]["tasks"] == 2 and parity["served_vs_merged"]["tasks"] == 2
+    # a tiny f32 LoRA merges exactly: the merged model and the server answer as the adapter did
+    assert parity["merged_vs_adapter"]["same_text"] == 2 and parity["served_vs_merged"]["same_text"] == 2
+
+    import transformers
+
+    merged = transformers.AutoModelForCausalLM.from_pretrained(out / "merged")  # loads without mens
+    assert merged.config.vocab_size > 0
+
+
+def test_failed_gate_skips_merge_keeps_card_and_resume_skips_done_stages(tmp_path, tiny_base):
+    gates = tmp_path / "gates.yaml"
+    gates.write_text("min_parse_rate: 1.01\n")  # unreachable: the gate must fail
+    out = tmp_path / "df"
+    with pytest.raises(GateFailed, match="nonempty_parse_rate"):
+        run_dogfood(_cfg(out, tiny_base, gates=gates), log=lambda _: None)
+    state = json.loads((out / "dogfood_state.json").read_text())["stages"]
+    assert state["gate"]["status"] == "failed" and state["merge"]["status"] == "skipped"
+    assert state["parity"]["status"] == "skipped"
+    assert state["card"]["status"] == "done" and not (out / "merged").exists()
+    assert "FAILED" in (out / "run/README.md").read_text()
+
+    with pytest.raises(UsageError, match="--resume"):  # never overwrites a run by accident
+        run_dogfood(_cfg(out, tiny_base, gates=gates), log=lambda _: None)
+    logs: list[str] = []
+    with pytest.raises(GateFailed):  # resumed: finished stages are skipped, the gate runs again
+        run_dogfood(_cfg(out, tiny_base, gates=gates, resume=True), log=logs.append)
+    assert sum("done earlier" in line for line in logs) == 10  # all but the failed gate and skipped merge
+
+
+def test_missing_corpus_path_fails_in_extract_with_a_clear_message(tmp_path, tiny_base):
+    with pytest.raises(UsageError, match="no such file"):
+        run_dogfood(_cfg(tmp_path / "df", tiny_base, corpus=[tmp_path / "nope"]), log=lambda _: None)
+    state = json.loads((tmp_path / "df" / "dogfood_state.json").read_text())["stages"]
+    assert state["extract"]["status"] == "failed" and "nope" in state["extract"]["error"]
