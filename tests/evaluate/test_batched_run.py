@@ -146,3 +146,25 @@ def test_generate_batch_fn_matches_generate_fn_and_reuses_accepted_greedy_answer
         assert answers == [generate_fn(loaded, PY)(c, 10, 0.0, 0, True) for c in chats]
         decoded_again = [c for c, g in zip(chats, greedy, strict=True) if not accept or g != target]
         assert calls == decoded_again and (accept or calls == chats)
+
+
+def test_retries_batch_through_sample_with_the_single_stream_seeds():
+    """With `generate_batch.sample`, every unparsed answer of a round is resampled in one call, with the seeds and
+    attempt numbers of the one-at-a-time path, so the report is the same."""
+    generate, generate_batch, single, batches = fakes()
+    sampled = []
+
+    def sample(chats, max_new_tokens, temperature, seeds):
+        sampled.append(([c[-1]["content"] for c in chats], temperature, seeds))
+        return [generate(c, max_new_tokens, temperature, s, False) for c, s in zip(chats, seeds, strict=True)]
+
+    generate_batch.sample = sample
+    retry = Decoding(name="retry", retries=2)
+    a = run_bench(generate, TASKS, PY, decoding=retry, generate_batch=generate_batch)
+    assert sampled == [(["write Point"], 0.7, [1000 + 7919])]  # SAMPLED parses: no second round
+    b = run_bench(generate, TASKS, PY, decoding=retry)
+    assert a["results"] == b["results"]
+    sampled.clear()
+    run_bench(generate, TASKS, PY, decoding=Decoding(name="constrained", constrained=True, retries=1),
+              generate_batch=generate_batch)
+    assert sampled == []  # constrained retries are decoded with the constraint, one at a time

@@ -156,3 +156,20 @@ def test_replayed_greedy_output_equals_constrained_decoding(tiny):
     constrained = "".join(stream_tokens(model, tok, prompts[2], max_new_tokens=12, stop_ids={stop},
                                         constraint=constraint))
     assert constrained == text
+
+
+def test_batched_sampling_equals_single_stream_with_the_same_seeds(tiny):
+    """Parse-and-retry batches its sampled attempts: each row draws from its own seeded generator, so the
+    answers are the ones `stream_tokens` gives with that seed, stops included (an ended row draws no more)."""
+    model, tok = tiny
+    prompts = _prompts(tok)
+    seeds = [11, 22, 33, 44]
+    stop = {int(tok.convert_tokens_to_ids("<|im_end|>"))}
+    outs = generate_greedy_batch(model, tok, prompts, max_new_tokens=24, stop_ids=stop, batch_size=3,
+                                 temperature=0.9, seeds=seeds)
+    for ids, seed, out in zip(prompts, seeds, outs, strict=True):
+        kept, text = _single(model, tok, ids, max_new_tokens=24, stop_ids=stop, temperature=0.9, seed=seed)
+        assert out.token_ids == kept and out.text == text
+    assert len({tuple(o.token_ids) for o in outs}) > 1
+    with pytest.raises(ValueError, match="one seed per prompt"):
+        generate_greedy_batch(model, tok, prompts, temperature=0.9)

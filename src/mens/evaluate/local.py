@@ -82,6 +82,15 @@ def generate_batch_fn(loaded, lang: Language, *, batch_size: int = 16) -> Genera
         return [out.text if out.finish == "stop" and constraint_accepts(loaded.tokenizer, out.token_ids, constraint)
                 else single(chat, max_new_tokens, 0.0, 0, True) for chat, out in zip(chats, outs, strict=True)]
 
+    def sample(chats, max_new_tokens, temperature, seeds) -> list[str]:
+        """Seeded sampled answers (parse-and-retry's further attempts), batched; equal to `generate_fn`'s."""
+        prompts = [chat_input_ids(loaded.tokenizer, m, loaded.system_prompt) for m in chats]
+        outs = generate_greedy_batch(loaded.model, loaded.tokenizer, prompts, max_new_tokens=max_new_tokens,
+                                     batch_size=batch_size, stop_text=code_block_closed, temperature=temperature,
+                                     seeds=seeds)
+        return [out.text for out in outs]
+
+    generate_batch.sample = sample  # run_bench batches unconstrained retries through it
     return generate_batch
 
 

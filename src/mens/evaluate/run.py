@@ -63,6 +63,20 @@ def _sample(generate: Generate, task: BenchTask, lang: Language, decoding: Decod
     return output, check, attempts
 
 
+def _retry_in_batches(sample, tasks: list[BenchTask], lang: Language, decoding: Decoding, max_new_tokens: int,
+                      draws: list[list[list]], seeds: list[list[int]]) -> None:
+    """Parse-and-retry with every unparsed answer of a round resampled in one batch; the same seeds and attempt
+    numbering as `_sample`, so the answers are those the one-at-a-time path would give."""
+    for attempt in range(1, decoding.retries + 1):
+        todo = [(i, s) for i, row in enumerate(draws) for s, d in enumerate(row) if not d[1].has_code]
+        if not todo:
+            return
+        outs = sample([_messages(tasks[i]) for i, _ in todo], max_new_tokens, decoding.retry_temperature,
+                      [seeds[i][s] + 7919 * attempt for i, s in todo])
+        for (i, s), output in zip(todo, outs, strict=True):
+            draws[i][s] = [output, check_output(output, tasks[i].expect, lang), attempt + 1]
+
+
 def run_bench(generate: Generate, tasks: list[BenchTask], lang: Language, *, k: int = 1,
               decoding: Decoding | None = None, seed_base: int = 0, max_new_tokens: int = 256,
               progress: Callable[[int, int], None] | None = None, generate_batch: GenerateBatch | None = None
@@ -70,25 +84,36 @@ def run_bench(generate: Generate, tasks: list[BenchTask], lang: Language, *, k: 
     """Evaluate every task with k samples (seed = seed_base + 1000*task_index + sample).
 
     With `generate_batch` and greedy decoding the first answers come from one batched call (once per task:
-    greedy samples are all alike); `progress` then runs twice, while they decode and while they are checked.
+    greedy samples are all alike), and when it offers `.sample` the unconstrained retries are batched too;
+    `progress` then runs twice, while they decode and while they are checked.
     """
     decoding = decoding or Decoding()
     results, started = [], time.perf_counter()
     batched = generate_batch is not None and decoding.temperature <= 0
+    seeds = [[seed_base + 1000 * i + s for s in range(k)] for i in range(len(tasks))]
     firsts: list[str | None] = [None] * len(tasks)
     if batched:
         firsts = list(generate_batch([_messages(t) for t in tasks], max_new_tokens, decoding.constrained, progress))
+    sample = getattr(generate_batch, "sample", None) if batched and not decoding.constrained else None
+    if sample is not None and decoding.retries:
+        draws = [[[firsts[i], check_output(firsts[i], t.expect, lang), 1] for _ in range(k)]
+                 for i, t in enumerate(tasks)]
+        _retry_in_batches(sample, tasks, lang, decoding, max_new_tokens, draws, seeds)
+    else:
+        draws = []
+        for i, t in enumerate(tasks):  # one at a time (sampled modes, or no batch generator): report as we go
+            draws.append([list(_sample(generate, t, lang, decoding, seeds[i][s], max_new_tokens, firsts[i]))
+                          for s in range(k)])
+            if progress and not batched:
+                progress(i + 1, len(tasks))
     for i, task in enumerate(tasks):
-        samples = []
-        for s in range(k):
-            seed = seed_base + 1000 * i + s
-            output, check, attempts = _sample(generate, task, lang, decoding, seed, max_new_tokens, firsts[i])
-            samples.append({"sample_index": s, "seed": seed, "attempts": attempts,
-                            "output": output[:MAX_OUTPUT_CHARS_KEPT], **check.to_json()})
+        samples = [{"sample_index": s, "seed": seeds[i][s], "attempts": attempts,
+                    "output": output[:MAX_OUTPUT_CHARS_KEPT], **check.to_json()}
+                   for s, (output, check, attempts) in enumerate(draws[i])]
         c = sum(x["pass"] for x in samples)
         results.append({"id": task.id, "category": task.category, "split": task.split, "prompt": task.prompt,
                         "pass_at_1": pass_at_k(k, c, 1), "pass_at_k": pass_at_k(k, c, k), "samples": samples})
-        if progress:
+        if progress and batched:
             progress(i + 1, len(tasks))
     metrics = summarize(results, tasks, lang)
     metrics["seconds"] = round(time.perf_counter() - started, 2)

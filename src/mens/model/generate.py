@@ -165,15 +165,20 @@ class BatchOutput:
 def generate_greedy_batch(model, tokenizer, prompts: list[list[int]], *, max_new_tokens: int = 256,
                           stop_ids: set[int] | None = None, batch_size: int = 16,
                           stop_text: Callable[[str], bool] | None = None,
-                          progress: Callable[[int, int], None] | None = None) -> list[BatchOutput]:
-    """Greedy continuations of many prompts, `batch_size` at a time; outputs in the order of `prompts`.
+                          progress: Callable[[int, int], None] | None = None, temperature: float = 0.0,
+                          seeds: list[int] | None = None) -> list[BatchOutput]:
+    """Greedy (or seeded sampled) continuations of many prompts, `batch_size` at a time, in the order of `prompts`.
 
-    The same answers as `stream_tokens` at temperature 0 (up to float rounding of batched matmuls). Prompts
-    are sorted by length before chunking so that little padding is computed. `progress(finished, total)` is
-    called each time an answer ends.
+    The same answers as `stream_tokens` at temperature 0 (up to float rounding of batched matmuls). With
+    temperature > 0 each row draws from its own generator seeded with `seeds[i]`, exactly as `stream_tokens`
+    with that seed does (one draw per kept step), so a sampled retry gives the same answer batched or not.
+    Prompts are sorted by length before chunking so that little padding is computed. `progress(finished, total)`
+    is called each time an answer ends.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: use 1 or more")
+    if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
+        raise ValueError("sampling in a batch needs one seed per prompt (seeds=[...])")
     stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     outputs: list[BatchOutput | None] = [None] * len(prompts)
@@ -187,8 +192,9 @@ def generate_greedy_batch(model, tokenizer, prompts: list[list[int]], *, max_new
 
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
+        gens = None if temperature <= 0 else [torch.Generator(device="cpu").manual_seed(seeds[i]) for i in chunk]
         answers = _greedy_chunk(model, tokenizer, [prompts[i] for i in chunk], max_new_tokens, stop_ids, stop_text,
-                                on_finish)
+                                on_finish, temperature, gens)
         for i, answer in zip(chunk, answers, strict=True):
             outputs[i] = answer
     return outputs  # type: ignore[return-value]
@@ -206,7 +212,8 @@ def _left_padded(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.T
 
 
 def _greedy_chunk(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, stop_ids: set[int],
-                  stop_text: Callable[[str], bool] | None, on_finish: Callable[[], None]) -> list[BatchOutput]:
+                  stop_text: Callable[[str], bool] | None, on_finish: Callable[[], None], temperature: float = 0.0,
+                  gens: list[torch.Generator] | None = None) -> list[BatchOutput]:
     """Decode one chunk until every row has ended; ended rows ride along (their tokens are ignored)."""
     device = next(model.parameters()).device
     keep_last = _keeps_last_logits_only(model)
@@ -218,7 +225,11 @@ def _greedy_chunk(model, tokenizer, prompts: list[list[int]], max_new_tokens: in
     for _ in range(max_new_tokens):
         logits, past = _last_logits(model, keep_last, input_ids=ids, attention_mask=mask, position_ids=positions,
                                     past_key_values=past)
-        tokens = logits.argmax(dim=-1).tolist()
+        if gens is None:
+            tokens = logits.argmax(dim=-1).tolist()
+        else:  # an ended row draws nothing more: its generator stays where stream_tokens would leave it
+            tokens = [pad_id if finish[r] is not None else int(_candidates(logits[r], temperature, 1.0, gens[r], 1)[0])
+                      for r in range(len(prompts))]
         for row, token in enumerate(tokens):
             if finish[row] is None:
                 finish[row] = _push(kept[row], token, tokenizer, stop_ids, stop_text)
