@@ -106,3 +106,20 @@ def test_missing_corpus_path_fails_in_extract_with_a_clear_message(tmp_path, tin
         run_dogfood(_cfg(tmp_path / "df", tiny_base, corpus=[tmp_path / "nope"]), log=lambda _: None)
     state = json.loads((tmp_path / "df" / "dogfood_state.json").read_text())["stages"]
     assert state["extract"]["status"] == "failed" and "nope" in state["extract"]["error"]
+
+
+def test_second_round_aims_at_dev_failures_and_continues_from_round_one(tmp_path, tiny_base):
+    out = tmp_path / "df"
+    summary = run_dogfood(_cfg(out, tiny_base, rounds=2, tasks2=20, gates="none", modes=("greedy",)),
+                          log=lambda _: None)
+    state = json.loads((out / "dogfood_state.json").read_text())["stages"]
+    assert [k for k in state][8:12] == ["eval-tuned", "focus", "train-2", "eval-tuned-2"]
+    focus = json.loads((out / "data2/focus.json").read_text())
+    assert focus["dev_metrics"]["tasks"] == 2 and focus["weights"]  # the dev split, never the held-out one
+    dev_ids = {r["id"] for r in json.loads((out / "eval/dev_results.json").read_text())["results"]}
+    heldout_ids = {t["id"] for t in map(json.loads, (out / "bench/heldout.jsonl").read_text().splitlines())}
+    assert dev_ids and not dev_ids & heldout_ids
+    manifest = json.loads((out / "run2/training_manifest.json").read_text())
+    assert manifest["config"]["init_adapter"] == str(out / "run")
+    assert summary["run"] == str(out / "run2") and summary["round1"]["greedy"] is not None
+    assert (out / "run2/benchmark_results.json").is_file() and (out / "merged/config.json").is_file()

@@ -27,6 +27,7 @@ def dogfood(
     max_new_tokens: int = typer.Option(None, "--max-new-tokens", min=1, help="Answer budget in eval (200; quick 128)."),
     modes: str = typer.Option("greedy,retry,constrained", "--modes", help="Decoding modes for the tuned model."),
     gates: str = typer.Option(None, "--gates", help="Gate YAML, or `none` (default: parse >= 0.80, gain >= 0.30)."),
+    rounds: int = typer.Option(1, "--rounds", help="2: a second round aimed at what round 1 failed on the dev split."),
     seed: int = typer.Option(0, "--seed", help="Seed for phrasings, synthetic data and the mix."),
     resume: bool = typer.Option(False, "--resume", help="Continue a run in --output-dir, skipping finished stages."),
 ) -> int:
@@ -39,7 +40,8 @@ def dogfood(
                         tasks=tasks,
                         limit=limit, max_new_tokens=max_new_tokens,
                         modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
-                        gates=None if gates is None else Path(gates), seed=seed, resume=resume)
+                        gates=None if gates is None else Path(gates), rounds=rounds, seed=seed,
+                        resume=resume)
     s = run_dogfood(cfg)
     typer.echo(f"base model:  non-empty parse rate {_f(s['base']['nonempty_parse_rate'])}, "
                f"pass@1 {_f(s['base']['pass_at_1'])}")

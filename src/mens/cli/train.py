@@ -51,6 +51,7 @@ def train(
     gradient_checkpointing: bool = typer.Option(None, "--gradient-checkpointing/--no-gradient-checkpointing",
                                                 help="Recompute activations in backward (less memory)."),
     system_prompt: str = typer.Option(None, "--system-prompt", help="System prompt ('' = none; default: Vox)."),
+    init_adapter: Path = typer.Option(None, "--init-adapter", help="Start LoRA from this run's adapter (round 2)."),
     gate: Path = typer.Option(None, "--gate", help="After training: eval-local + these gates (verdict in manifest)."),
     gate_bench: str = typer.Option(None, "--gate-bench", help="Bench for --gate (default: vox_default, held-out)."),
     gate_limit: int = typer.Option(None, "--gate-limit", help="Evaluate only the first N held-out tasks for --gate."),
@@ -62,7 +63,8 @@ def train(
              "ce_last_k": ce_last_k, "pack": pack, "val_fraction": val_fraction, "eval_every": eval_every,
              "save_every": save_every, "resume": resume or None, "seed": seed, "lora_dropout": lora_dropout,
              "min_examples": min_examples, "strict_targets": strict_targets, "num_threads": threads,
-             "system_prompt": system_prompt, "gradient_checkpointing": gradient_checkpointing}
+             "system_prompt": system_prompt, "gradient_checkpointing": gradient_checkpointing,
+             "init_adapter": None if init_adapter is None else str(init_adapter)}
     if background or log_dir is not None:  # like the original, --log-dir alone also detaches
         from mens.train.background import spawn_background
 

@@ -47,6 +47,11 @@ class DogfoodConfig:
     """Evaluate only the first N held-out tasks (quick: 8)."""
     max_new_tokens: int | None = None
     modes: tuple[str, ...] = ("greedy", "retry", "constrained")
+    rounds: int = 1
+    """2 adds a data loop: the round-1 model answers the bench's dev split, task pairs aimed at the categories it
+    failed are generated, and training continues from the round-1 adapter (the held-out split stays unseen)."""
+    tasks2: int | None = None
+    """Focused task pairs for round 2 (default 400; quick 40)."""
     served_tasks: int | None = None
     """How many held-out prompts are also sent to the real server in the parity stage (default 8; quick 2)."""
     gates: Path | None = None
@@ -63,6 +68,10 @@ class DogfoodConfig:
             self.tasks = 60 if self.quick else 600
         if self.limit is None and self.quick:
             self.limit = 8
+        if self.rounds not in (1, 2):
+            raise UsageError(f"--rounds {self.rounds}: use 1 or 2")
+        if self.tasks2 is None:
+            self.tasks2 = 40 if self.quick else 400
         if self.served_tasks is None:
             self.served_tasks = 2 if self.quick else 8
         if self.max_new_tokens is None:
@@ -82,8 +91,13 @@ class Context:
         return self.cfg.output_dir.joinpath(*parts)
 
     @property
-    def run(self) -> Path:
+    def run_dir1(self) -> Path:
         return self.path("run")
+
+    @property
+    def run(self) -> Path:
+        """The run that is gated, merged and carded: the last round's."""
+        return self.path("run2" if self.cfg.rounds == 2 else "run")
 
 
 def _default_gates() -> Path:
@@ -104,6 +118,8 @@ class Pipeline:
             ("extract", stages.extract), ("validate", stages.validate), ("pairs", stages.pairs),
             ("generate", stages.generate), ("mix", stages.mix), ("heldout", stages.heldout),
             ("eval-base", stages.eval_base), ("train", stages.train), ("eval-tuned", stages.eval_tuned),
+            *([("focus", stages.focus), ("train-2", stages.train_round2), ("eval-tuned-2", stages.eval_tuned_round2)]
+              if cfg.rounds == 2 else []),
             ("gate", stages.gate), ("merge", stages.merge), ("parity", stages.parity), ("card", stages.card),
         ]
 
@@ -181,6 +197,9 @@ class Pipeline:
             "tuned": {m: {k: v.get(k) for k in ("nonempty_parse_rate", "pass_at_1", "pass_at_k")}
                       for m, v in modes.items()},
             "gain_over_base": bench.get("metrics", {}).get("gain_over_base"),
+            "round1": ({m: {k: v.get(k) for k in ("nonempty_parse_rate", "pass_at_1")} for m, v in
+                        _read(self.ctx.path("run", "benchmark_results.json")).get("modes", {}).items()}
+                       if self.cfg.rounds == 2 else None),
             "gate": _read(self.ctx.run / "gate_receipt.json").get("overall_passed"),
             "merge_parity": {k: {"tasks": v.get("tasks"), "same_result": v.get("same_result")}
                              for k, v in _read(self.ctx.run / "merge_parity.json").items() if isinstance(v, dict)},

@@ -136,8 +136,8 @@ def eval_base(ctx: Context) -> str:
     return f"base: non-empty parse rate {m['nonempty_parse_rate']:.3f}, pass@1 {m['pass_at_1']:.3f}"
 
 
-def train_config(ctx: Context):
-    """The TrainConfig of the run: the device's preset (or --preset), then dogfood's settings, then flags."""
+def train_config(ctx: Context, *, data: str = "data", run: str = "run", init_adapter: Path | None = None):
+    """The TrainConfig of a round: the device's preset (or --preset), then dogfood's settings, then flags."""
     from mens.train.config import resolve_config
     from mens.train.presets import canonical_name, load_preset, recommend_preset
     from mens.train.probe import probe_device
@@ -147,20 +147,21 @@ def train_config(ctx: Context):
     if name is None:
         dev = probe_device(cfg.device)
         name = recommend_preset(dev["kind"], dev.get("memory_gb"))
-    flags = {"data": str(ctx.path("data")), "output_dir": str(ctx.run), "model": cfg.model, "backend": cfg.backend,
+    flags = {"data": str(ctx.path(data)), "output_dir": str(ctx.path(run)), "model": cfg.model, "backend": cfg.backend,
              "device": cfg.device, "epochs": cfg.epochs, "max_steps": cfg.max_steps, "seed": cfg.seed,
              "system_prompt": cfg.system_prompt, "resume": cfg.resume or None,
-             "eval_every": 10 if cfg.quick else None, "save_every": 0 if cfg.quick else None}
+             "eval_every": 10 if cfg.quick else None, "save_every": 0 if cfg.quick else None,
+             "init_adapter": None if init_adapter is None else str(init_adapter)}
     tc = resolve_config(flags, load_preset(name), canonical_name(name))
     tc.preset = canonical_name(name)
     tc.extra = {"dogfood": str(cfg.output_dir)}
     return tc
 
 
-def train(ctx: Context) -> str:
+def train(ctx: Context, **round_kw) -> str:
     from mens.train.run import run_training
 
-    tc = train_config(ctx)
+    tc = train_config(ctx, **round_kw)
     ctx.log(f"    preset {tc.preset}, backend {tc.backend}, device {tc.device}, "
             f"{'max_steps ' + str(tc.max_steps) if tc.max_steps else 'epochs ' + str(tc.epochs)}")
     s = run_training(tc)
@@ -169,11 +170,11 @@ def train(ctx: Context) -> str:
             f"{s['tokens_per_s']} tokens/s")
 
 
-def eval_tuned(ctx: Context) -> str:
+def eval_tuned(ctx: Context, run: str = "run") -> str:
     """The tuned run answers the same tasks in every mode; the base results are attached for comparison."""
     from mens.evaluate.local import eval_local
 
-    out = eval_local(ctx.run, str(ctx.path("bench", "heldout.jsonl")), language=LANGUAGE, k=1,
+    out = eval_local(ctx.path(run), str(ctx.path("bench", "heldout.jsonl")), language=LANGUAGE, k=1,
                      modes=list(ctx.cfg.modes), split="all", limit=ctx.cfg.limit,
                      max_new_tokens=ctx.cfg.max_new_tokens, device=ctx.cfg.device, progress=_progress(ctx, "tuned"))
     report = json.loads(out.read_text(encoding="utf-8"))
@@ -191,6 +192,48 @@ def attach_base(report: dict, base: dict) -> None:
     main, b = report["metrics"], base["metrics"]
     main["gain_over_base"] = round(main["nonempty_parse_rate"] - b["nonempty_parse_rate"], 4)
     main["pass_gain_over_base"] = round(main["pass_at_1"] - b["pass_at_1"], 4)
+
+
+def focus(ctx: Context) -> str:
+    """Round 2's data: the round-1 model answers the bench's dev split (never the held-out one); task pairs are
+    generated with more weight on the categories it failed, checked, decontaminated, and mixed with an equal
+    replay of round-1 rows so that what was learned is kept."""
+    import random
+
+    from mens.corpus.jsonl import read_objects, write_jsonl
+    from mens.corpus.records import BadLine
+    from mens.corpus.taskgen import focus_from_results, generate_task_pairs
+    from mens.dogfood.heldout import decontaminate, heldout_tasks
+    from mens.evaluate.local import eval_local
+
+    dev_out = eval_local(ctx.run_dir1, ctx.cfg.bench, language=LANGUAGE, modes=["greedy"], split="dev",
+                         limit=ctx.cfg.limit, max_new_tokens=ctx.cfg.max_new_tokens,
+                         output=ctx.path("eval", "dev_results.json"), device=ctx.cfg.device,
+                         progress=_progress(ctx, "dev"))
+    dev = json.loads(dev_out.read_text(encoding="utf-8"))
+    weights = focus_from_results(dev)
+    rows, rep = generate_task_pairs(ctx.cfg.tasks2, ctx.cfg.seed + 1, weights)
+    tasks, refs = heldout_tasks(ctx.cfg.bench, ctx.cfg.split)
+    focused, split = decontaminate(rows, tasks, refs)
+    old = [obj for _, obj in read_objects(ctx.path("data", "train.jsonl")) if not isinstance(obj, BadLine)]
+    replay = random.Random(ctx.cfg.seed).sample(old, min(len(old), len(focused)))
+    data2 = ctx.path("data2")
+    data2.mkdir(parents=True, exist_ok=True)
+    write_jsonl(data2 / "train.jsonl", [*focused, *replay])
+    (data2 / "focus.json").write_text(json.dumps({"dev_metrics": dev["metrics"], "weights": weights,
+                                                  "generated": rep.written, "heldout_split": split.to_json()},
+                                                 indent=2) + "\n", encoding="utf-8")
+    top = ", ".join(f"{k} {v:.1f}" for k, v in sorted(weights.items(), key=lambda kv: -kv[1])[:4])
+    return (f"dev split: parse {dev['metrics']['nonempty_parse_rate']:.3f}, pass@1 {dev['metrics']['pass_at_1']:.3f}; "
+            f"{len(focused)} focused pairs (most weight: {top}) + {len(replay)} replayed")
+
+
+def train_round2(ctx: Context) -> str:
+    return train(ctx, data="data2", run="run2", init_adapter=ctx.run_dir1)
+
+
+def eval_tuned_round2(ctx: Context) -> str:
+    return eval_tuned(ctx, run="run2")
 
 
 def gate(ctx: Context) -> str:

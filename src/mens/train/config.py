@@ -75,6 +75,9 @@ class TrainConfig:
     """Rows rated below this are dropped (rows without a rating are kept)."""
     min_examples: int = 20
     """Preflight fails with fewer usable training examples than this."""
+    init_adapter: str | None = None
+    """Start LoRA from this run's adapter (a directory with adapter_model.safetensors) instead of a fresh
+    init: a second round of training on new data continues what the first learned. Same rank and targets."""
     system_prompt: str | None = None
     """System prompt for prompt/response rows; None = the packaged Vox prompt, "" = none."""
     gradient_checkpointing: bool = False

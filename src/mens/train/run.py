@@ -134,8 +134,30 @@ def build_model(cfg: TrainConfig, inp: Inputs, device: str, pf: Preflight):
         return model
     from mens.model.lora import attach_lora
 
-    return pf.run("target modules", attach_lora, model, r=cfg.r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
-                  strict=cfg.strict_targets)
+    model = pf.run("target modules", attach_lora, model, r=cfg.r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
+                   strict=cfg.strict_targets)
+    if cfg.init_adapter:
+        pf.run("init adapter", _init_adapter, model, Path(cfg.init_adapter))
+    return model
+
+
+def _init_adapter(model, adapter_dir: Path) -> str:
+    """Copy a previous run's LoRA tensors into the fresh adapter; its shapes and names must match exactly."""
+    from safetensors.torch import load_file
+
+    from mens.model.lora import adapter_state, load_adapter_weights
+
+    path = adapter_dir / "adapter_model.safetensors"
+    if not path.is_file():
+        raise ModelError(f"--init-adapter {adapter_dir}: no adapter_model.safetensors there; pass a run directory")
+    saved, fresh = load_file(str(path)), adapter_state(model)
+    bad = sorted(k for k in fresh if k not in saved or saved[k].shape != fresh[k].shape)
+    if bad or set(saved) - set(fresh):
+        raise ModelError(f"--init-adapter {adapter_dir}: its tensors do not match this adapter ({len(bad)} missing or "
+                         f"reshaped, e.g. {(bad or sorted(set(saved) - set(fresh)))[0]}); use the same base, rank "
+                         "and target modules")
+    load_adapter_weights(model, adapter_dir)
+    return f"{len(saved)} tensors from {path}"
 
 
 def numeric_checks(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, pad_id: int, pf: Preflight) -> float:
