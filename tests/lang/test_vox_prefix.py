@@ -27,3 +27,17 @@ def test_not_viable(text):
 
 def test_complete_programs_are_viable_prefixes():
     assert VOX.viable_prefix("fn add(a: int, b: int) to int {\n    return a + b\n}\n")
+
+
+@pytest.mark.parametrize("text, clean", [
+    ("@scheduled", True),
+    ("@scheduled //", False),  # a comment: constrained decoding must continue the code instead
+    ("fn f() to int {\n    // later\n", False),
+    ("fn f() { # x", False),
+    ('let s = "a // b # c"', True),  # inside a string it is text, not a comment
+    ("fn half(x: int) to int {\n    return x / 2", True),
+])
+def test_clean_viable_prefix_refuses_comments(text, clean):
+    from mens.lang.vox.prefix import clean_viable_prefix
+
+    assert clean_viable_prefix(text) is clean

@@ -15,12 +15,14 @@ def dogfood(
     output_dir: Path = typer.Option(Path("runs/dogfood"), "--output-dir", "-o", help="Where every stage writes."),
     model: str = typer.Option("smollm2-135m", "--model", help="Base model: embedded name, local HF dir or hub id."),
     corpus: list[Path] = typer.Option(None, "--corpus", help="Extra Vox sources/docs (repeatable), e.g. a checkout."),
-    quick: bool = typer.Option(False, "--quick", help="A small version: 30 steps, 8 held-out tasks (minutes)."),
+    quick: bool = typer.Option(False, "--quick", help="A small version: 20 steps, 8 held-out tasks (minutes)."),
     backend: str = typer.Option(None, "--backend", help="qlora, lora or full (default: the device preset's)."),
     preset: str = typer.Option(None, "--preset", help="Training preset (default: the device's, see `mens probe`)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     epochs: float = typer.Option(None, "--epochs", help="Training epochs (default: the preset's)."),
     max_steps: int = typer.Option(None, "--max-steps", help="Training steps (overrides --epochs)."),
+    batch_size: int = typer.Option(None, "--batch-size", min=1, help="Training rows per step (default: preset's)."),
+    lr: float = typer.Option(None, "--lr", help="Peak learning rate (default: the preset's)."),
     synthetic: int = typer.Option(None, "--synthetic", help="Synthetic programs to add (default 200; quick 40)."),
     tasks: int = typer.Option(None, "--tasks", help="Task-shaped synthetic pairs to add (default 600; quick 60)."),
     limit: int = typer.Option(None, "--limit", min=1, help="Evaluate only the first N held-out tasks."),
@@ -36,9 +38,8 @@ def dogfood(
     from mens.dogfood import DogfoodConfig, run_dogfood
 
     cfg = DogfoodConfig(output_dir=output_dir, model=model, corpus=list(corpus or []), quick=quick, backend=backend,
-                        preset=preset, device=device, epochs=epochs, max_steps=max_steps, synthetic=synthetic,
-                        tasks=tasks,
-                        limit=limit, max_new_tokens=max_new_tokens,
+                        preset=preset, device=device, epochs=epochs, max_steps=max_steps, batch_size=batch_size,
+                        learning_rate=lr, synthetic=synthetic, tasks=tasks, limit=limit, max_new_tokens=max_new_tokens,
                         modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
                         gates=None if gates is None else Path(gates), rounds=rounds, seed=seed,
                         resume=resume)

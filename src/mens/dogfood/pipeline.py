@@ -37,6 +37,9 @@ class DogfoodConfig:
     device: str = "auto"
     epochs: float | None = None
     max_steps: int | None = None
+    batch_size: int | None = None
+    """Rows per step (default: the preset's; quick 2)."""
+    learning_rate: float | None = None
     synthetic: int | None = None
     """Synthetic programs from `corpus generate` (default 200; quick 40)."""
     tasks: int | None = None
@@ -77,7 +80,9 @@ class DogfoodConfig:
         if self.max_new_tokens is None:
             self.max_new_tokens = 128 if self.quick else 200
         if self.quick and self.max_steps is None and self.epochs is None:
-            self.max_steps = 30
+            self.max_steps = 20
+        if self.quick and self.batch_size is None:
+            self.batch_size = 2
 
 
 @dataclass

@@ -149,6 +149,7 @@ def train_config(ctx: Context, *, data: str = "data", run: str = "run", init_ada
         name = recommend_preset(dev["kind"], dev.get("memory_gb"))
     flags = {"data": str(ctx.path(data)), "output_dir": str(ctx.path(run)), "model": cfg.model, "backend": cfg.backend,
              "device": cfg.device, "epochs": cfg.epochs, "max_steps": cfg.max_steps, "seed": cfg.seed,
+             "batch_size": cfg.batch_size, "learning_rate": cfg.learning_rate,
              "system_prompt": cfg.system_prompt, "resume": cfg.resume or None,
              "eval_every": 10 if cfg.quick else None, "save_every": 0 if cfg.quick else None,
              "init_adapter": None if init_adapter is None else str(init_adapter)}

@@ -136,3 +136,8 @@ def sloppy_offsets(text: str) -> list[int]:
     """
     return [m.start() for m in _MASTER.finditer(text)
             if m.lastgroup == "err" or (m.lastgroup == "com" and m.group().startswith("#"))]
+
+
+def comment_offsets(text: str) -> list[int]:
+    """Offsets of every comment (`//` and `#`), strings excluded: the lexer drops them."""
+    return [m.start() for m in _MASTER.finditer(text) if m.lastgroup == "com"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from mens.lang.vox.lexer import lex, sloppy_offsets
+from mens.lang.vox.lexer import comment_offsets, lex, sloppy_offsets
 from mens.lang.vox.parser import Parser
 from mens.lang.vox.tokens import DECORATORS, KEYWORDS, PUNCTUATION
 
@@ -109,8 +109,15 @@ _PARTIAL_AT = re.compile(r"@[A-Za-z_.]*")
 
 
 def clean_viable_prefix(text: str, reactive_module: bool = False) -> bool:
-    """A viable prefix with nothing the lexer would drop (`&&`, `;`, backticks, `#` comments), so constrained
-    answers are clean Vox; a final `@` or `!` may still become a decorator or `!=`."""
+    """A viable prefix with nothing the lexer would drop (`&&`, `;`, backticks, comments), so constrained
+    answers are clean Vox; a final `@` or `!` may still become a decorator or `!=`.
+
+    Comments are refused too: they never make code parse, and a model can loop on them until the token budget
+    is spent (measured: `@scheduled // Run every hour` then sixty `// No cleanup()` lines, which no repair
+    can close); refused, it has to continue the code.
+    """
+    if comment_offsets(text):
+        return False
     for i in sloppy_offsets(text):
         unfinished = (text[i] == "!" and i == len(text) - 1) or (text[i] == "@" and _PARTIAL_AT.fullmatch(text, i))
         if not unfinished:
