@@ -87,6 +87,40 @@ def _gates_section(run: Path) -> list[str]:
     return [*lines, ""]
 
 
+def _sample_size_limit(bench: dict) -> list[str]:
+    metrics = bench.get("metrics") or {}
+    cats = metrics.get("per_category") or {}
+    if not cats:
+        return []
+    smallest = min(c["tasks"] for c in cats.values())
+    return [f"- The bench is small: {metrics.get('tasks')} tasks in {len(cats)} categories, as few as {smallest} "
+            "in a category, so one task moves a category's score a lot; read per-category numbers as a sketch."]
+
+
+def _dogfood_data(cfg: dict) -> list[str]:
+    """Where a `mens dogfood` run's data came from, and what the held-out split removed from it."""
+    root = (cfg.get("extra") or {}).get("dogfood")
+    if not root:
+        return []
+    mix = Path(root) / "corpus" / "mixed.mix_report.json"
+    split = Path(root) / "data" / "heldout_split.json"
+    lines = []
+    if mix.is_file():
+        names = {"pairs.jsonl": "pairs from the corpus's programs and declarations",
+                 "synthetic.jsonl": "synthetic programs (templates, every one parsed)",
+                 "tasks.jsonl": "task-shaped pairs (a request naming kind, name and signature; each answer "
+                                "checked against exactly that)",
+                 "train.jsonl": "round-1 rows and focused task pairs"}
+        for src in json.loads(mix.read_text(encoding="utf-8")).get("sources", []):
+            lines.append(f"- {src['emitted_lines']} {names.get(Path(src['path']).name, src['path'])}")
+    if split.is_file():
+        doc = json.loads(split.read_text(encoding="utf-8"))
+        lines.append(f"- held out: {doc['heldout_tasks']} bench tasks no training row overlaps; {doc['dropped']} rows "
+                     "were dropped because their code equals a held-out answer (normalized) or their prompt nearly "
+                     f"copies a held-out prompt (word 3-gram Jaccard >= {doc['prompt_near_dup_threshold']})")
+    return [*lines, ""] if lines else []
+
+
 def _parity_section(run: Path) -> list[str]:
     """What `mens dogfood` measured after the merge: the merged model and the server against the adapter."""
     path = run / "merge_parity.json"
@@ -119,9 +153,10 @@ def build_card(run_dir: str | Path) -> str:
         "## Data", "",
         f"Training file sha256 `{m.get('data_sha256', '?')}`; {ex.get('train', '?')} training and "
         f"{ex.get('val', '?')} validation examples.", "",
+        *_dogfood_data(cfg),
         "## Training", "",
         f"{s.get('steps', '?')} optimizer steps, final loss {_fmt(s.get('final_loss', '?'))}, "
-        f"{_fmt(s.get('tokens_per_s', '?'))} tokens/s, {_fmt(s.get('wall_time_s', '?'))} s, "
+        f"{s.get('tokens_per_s', '?')} tokens/s, {s.get('wall_time_s', '?')} s, "
         f"peak memory {_peak(s.get('peak_memory'))}.", "",
         *(["| setting | value |", "|---|---|", cfg_rows, ""] if cfg_rows else []),
         *_results_section(files),
@@ -132,6 +167,7 @@ def build_card(run_dir: str | Path) -> str:
         "the code.",
         "- The bench covers declaration kinds, names, parameters and required contents; it does not execute "
         "programs or judge style, and it has few multi-file or UI-behaviour tasks.",
+        *_sample_size_limit(files.bench),
         "- A small base model: expect simple programs, and check what it writes.", "",
         "## How to use", "",
         "```bash", f"mens serve {files.run} --port 8000            # OpenAI- and Ollama-compatible API",

@@ -1,0 +1,70 @@
+"""The main job end to end: `mens dogfood` on the embedded default, timed, its headline numbers recorded.
+
+Runs the command as a user does (or, with --from-dir, records a run that already finished) and writes
+bench/results/dogfood-<host>.json: stage seconds, base vs tuned parse rate and pass@1 per decoding mode,
+gate verdict, merge/serve parity, and the machine. Run: `python bench/dogfood.py [--quick] [--from-dir D]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def machine() -> dict:
+    return {"host": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
+            "python": platform.python_version()}
+
+
+def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
+    summary = json.loads((out_dir / "dogfood_summary.json").read_text(encoding="utf-8"))
+    split = json.loads((out_dir / "data" / "heldout_split.json").read_text(encoding="utf-8"))
+    run = Path(summary["run"])
+    bench = json.loads((run / "benchmark_results.json").read_text(encoding="utf-8"))
+    run_summary = json.loads((run / "run_summary.json").read_text(encoding="utf-8"))
+    return {
+        "bench": "dogfood", **machine(), "quick": quick, "command_wall_s": wall_s,
+        "stage_seconds": summary["stage_seconds"], "total_stage_seconds": summary["total_stage_seconds"],
+        "heldout_tasks": split["heldout_tasks"], "training_rows": split["kept"],
+        "rows_dropped_as_overlap": split["dropped"],
+        "train": {k: run_summary.get(k) for k in ("steps", "first_loss", "final_loss", "val_loss", "tokens_per_s",
+                                                   "train_time_s", "peak_memory")},
+        "base": summary["base"], "tuned": summary["tuned"], "gain_over_base": summary["gain_over_base"],
+        "gate_passed": summary["gate"], "merge_parity": summary.get("merge_parity"),
+        "failures_by_category": bench["metrics"].get("failures_by_category"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--from-dir", type=Path, help="Record a finished `mens dogfood -o DIR` instead of running one.")
+    args = ap.parse_args()
+    wall = None
+    if args.from_dir:
+        out_dir = args.from_dir
+    else:
+        out_dir = Path(tempfile.mkdtemp(prefix="mens-dogfood-")) / "df"
+        t0 = time.time()
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        subprocess.run([str(REPO / "scripts" / "mens"), "dogfood", "-o", str(out_dir),
+                        *(["--quick"] if args.quick else [])], check=True, env=env)
+        wall = round(time.time() - t0, 1)
+    result = record(out_dir, wall, args.quick)
+    dest = REPO / "bench" / "results" / f"dogfood{'-quick' if args.quick else ''}-{socket.gethostname()}.json"
+    dest.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {dest}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
