@@ -90,9 +90,10 @@ def _gates_section(run: Path) -> list[str]:
 def _sample_size_limit(bench: dict) -> list[str]:
     metrics = bench.get("metrics") or {}
     cats = metrics.get("per_category") or {}
-    if not cats:
+    sizes = [c["tasks"] for c in cats.values() if isinstance(c, dict) and isinstance(c.get("tasks"), int)]
+    if not sizes:
         return []
-    smallest = min(c["tasks"] for c in cats.values())
+    smallest = min(sizes)
     return [f"- The bench is small: {metrics.get('tasks')} tasks in {len(cats)} categories, as few as {smallest} "
             "in a category, so one task moves a category's score a lot; read per-category numbers as a sketch."]
 
