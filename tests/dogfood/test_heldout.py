@@ -53,3 +53,22 @@ def test_split_writes_bench_references_and_clean_data(tmp_path):
     assert {t.split for t in bench} == {"heldout"} and len(bench) == rep.heldout_tasks
     assert load_references(tmp_path / "bench" / "heldout.jsonl")["fn-add"] == refs["fn-add"]
     assert json.loads((tmp_path / "split.json").read_text())["dropped"] == 1
+
+
+def test_dogfood_corpus_stages_take_a_users_vox_checkout(tmp_path, shared_vox):
+    """`--corpus PATH` adds a real checkout (here the shared examples and docs) to the embedded corpus; every
+    unit ends kept or rejected with a reason, and the held-out split still removes overlaps."""
+    from mens.dogfood import stages
+    from mens.dogfood.pipeline import Context, DogfoodConfig
+
+    cfg = DogfoodConfig(output_dir=tmp_path / "df", corpus=[shared_vox / "examples", shared_vox / "docs"], quick=True)
+    cfg.output_dir.mkdir()
+    ctx = Context(cfg, log=lambda _: None)
+    for stage in (stages.extract, stages.validate, stages.pairs, stages.generate, stages.mix, stages.heldout):
+        stage(ctx)
+    report = json.loads((cfg.output_dir / "corpus/validate_report.json").read_text())
+    assert report["reconciled"] and report["total_input_records"] > 300  # far more than the 100 embedded units
+    sources = {json.loads(line)["source"].split("/")[0] for line in (cfg.output_dir / "corpus/units.jsonl").open()}
+    assert len(sources) > 1
+    split = json.loads((cfg.output_dir / "data/heldout_split.json").read_text())
+    assert split["kept"] + split["dropped"] == split["rows_in"] and split["kept"] > 1000
