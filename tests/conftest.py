@@ -99,3 +99,30 @@ def make_tiny_run(tmp_path):
         return model, run, base_dir
 
     return make
+
+
+def build_tiny_chat_lm(arch: str = "llama"):
+    """A 2-layer chat LM (Llama, or GPT-2 with learned positions) and a BPE tokenizer trained in-process."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["fn add(a: int) to int { return a + 1 }", "hello world 0123456789"] * 20, trainer)
+    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                                  pad_token="<|im_end|>")
+    hf_tok.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(0)
+    if arch == "gpt2":  # learned absolute positions: wrong position ids would change the answers
+        cfg = transformers.GPT2Config(vocab_size=len(hf_tok), n_embd=32, n_layer=2, n_head=4, n_positions=256,
+                                      eos_token_id=hf_tok.eos_token_id)
+        return transformers.GPT2LMHeadModel(cfg).eval(), hf_tok
+    cfg = transformers.LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                   max_position_embeddings=256, eos_token_id=hf_tok.eos_token_id)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    return model, hf_tok

@@ -7,33 +7,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from mens.model.generate import Constraint, chat_input_ids, stream_tokens  # noqa: E402
+from tests.conftest import build_tiny_chat_lm  # noqa: E402
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+from mens.model.generate import Constraint, chat_input_ids, stream_tokens  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(["fn add(a: int) to int { return a + 1 }", "hello world 0123456789"] * 20, trainer)
-    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                                  pad_token="<|im_end|>")
-    hf_tok.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64,
-                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                   max_position_embeddings=256, eos_token_id=hf_tok.eos_token_id)
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    return model, hf_tok
+    return build_tiny_chat_lm("llama")
 
 
 def test_greedy_stream_equals_transformers_generate(tiny):

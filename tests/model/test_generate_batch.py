@@ -7,6 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tests.conftest import build_tiny_chat_lm  # noqa: E402
+
 from mens.model.generate import (  # noqa: E402
     Constraint,
     chat_input_ids,
@@ -16,40 +18,12 @@ from mens.model.generate import (  # noqa: E402
     stream_tokens,
 )
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 PROMPTS = ["add one", "hello world hello", "fn add(a: int) to int { return a + 1 } and then some more words 0123", "9"]
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    return _tiny("llama")
-
-
-def _tiny(arch: str):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|im_start|>", "<|im_end|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(["fn add(a: int) to int { return a + 1 }", "hello world 0123456789"] * 20, trainer)
-    hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                                  pad_token="<|im_end|>")
-    hf_tok.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(0)
-    if arch == "gpt2":  # learned absolute positions: wrong position ids would change the answers
-        cfg = transformers.GPT2Config(vocab_size=len(hf_tok), n_embd=32, n_layer=2, n_head=4, n_positions=256,
-                                      eos_token_id=hf_tok.eos_token_id)
-        return transformers.GPT2LMHeadModel(cfg).eval(), hf_tok
-    cfg = transformers.LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64,
-                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                   max_position_embeddings=256, eos_token_id=hf_tok.eos_token_id)
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    return model, hf_tok
+    return build_tiny_chat_lm("llama")
 
 
 def _prompts(tok) -> list[list[int]]:
@@ -74,7 +48,7 @@ def test_batched_greedy_equals_single_stream(tiny, batch_size):
 
 
 def test_batched_greedy_equals_single_stream_with_absolute_positions():
-    model, tok = _tiny("gpt2")
+    model, tok = build_tiny_chat_lm("gpt2")
     prompts = _prompts(tok)
     outs = generate_greedy_batch(model, tok, prompts, max_new_tokens=16, stop_ids=set(), batch_size=4)
     for ids, out in zip(prompts, outs, strict=True):

@@ -37,9 +37,10 @@ class GenerateReport:
                 f"{self.rejected_unparsable} that did not parse, {self.duplicates} duplicates")
 
 
-@lru_cache(maxsize=4)
-def load_templates(language: str) -> dict:
-    path = GENERATE_DIR / f"{language}.yaml"
+@lru_cache(maxsize=8)
+def load_templates(language: str, suffix: str = "") -> dict:
+    """`data/generate/<language><suffix>.yaml`: program templates, or task templates with suffix `_tasks`."""
+    path = GENERATE_DIR / f"{language}{suffix}.yaml"
     if not path.is_file():
         raise ConfigError(f"no generation templates for language {language!r}: expected {path}")
     return yaml.safe_load(path.read_text(encoding="utf-8"))

@@ -15,17 +15,14 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from string import Template
 
-import yaml
-
 from mens.corpus.frontend import base_kinds, resolve_language
-from mens.corpus.generate import GENERATE_DIR
+from mens.corpus.generate import load_templates
 from mens.corpus.jsonl import write_jsonl
 from mens.corpus.records import SCHEMA_VERSION
-from mens.errors import ConfigError, DataError, UsageError
+from mens.errors import DataError, UsageError
 from mens.evaluate.bench import Expect, load_bench
 from mens.evaluate.checks import check_output
 
@@ -71,15 +68,11 @@ class TaskGenReport:
                 f"categories: {cats}")
 
 
-@lru_cache(maxsize=4)
 def load_task_templates(language: str) -> dict:
-    path = GENERATE_DIR / f"{language}_tasks.yaml"
-    if not path.is_file():
-        raise ConfigError(f"no task templates for language {language!r}: expected {path}")
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    """`data/generate/<language>_tasks.yaml` (the same loader and cache as the program templates)."""
+    return load_templates(language, suffix="_tasks")
 
 
-@lru_cache(maxsize=1)
 def heldout_names() -> frozenset[str]:
     """Every name a held-out task of the default bench expects; a drawn program must not declare one."""
     names: set[str] = set()
