@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mens.errors import GateFailed, MensError, UsageError
+from mens.errors import GateFailed, UsageError
 
 STATE = "dogfood_state.json"
 SUMMARY = "dogfood_summary.json"
@@ -172,7 +172,7 @@ class Pipeline:
             except GateFailed as e:  # recorded; the card and report still show the verdict
                 gate_failure = e
                 note = f"FAILED: {e}"
-            except (MensError, KeyboardInterrupt, Exception) as e:
+            except BaseException as e:  # Ctrl+C included: the state says where the run stopped
                 state["stages"][name] = {"status": "failed", "error": f"{type(e).__name__}: {e}",
                                          "seconds": round(time.time() - t0, 1)}
                 self._save(state)
