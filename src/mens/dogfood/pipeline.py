@@ -105,12 +105,6 @@ class Context:
         return self.path("run2" if self.cfg.rounds == 2 else "run")
 
 
-def _default_gates() -> Path:
-    from importlib import resources
-
-    return Path(str(resources.files("mens.dogfood").joinpath("gates.yaml")))
-
-
 class Pipeline:
     """The ordered stages; `run()` executes the ones not yet done and writes state after each."""
 

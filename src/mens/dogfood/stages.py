@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from mens.dogfood.pipeline import Context, _default_gates
+from mens.dogfood.pipeline import Context
 
 LANGUAGE = "vox"
 
@@ -173,7 +173,7 @@ def train(ctx: Context, **round_kw) -> str:
 
 def eval_tuned(ctx: Context, run: str = "run") -> str:
     """The tuned run answers the same tasks in every mode; the base results are attached for comparison."""
-    from mens.evaluate.local import eval_local
+    from mens.evaluate.local import attach_base, eval_local
 
     out = eval_local(ctx.path(run), str(ctx.path("bench", "heldout.jsonl")), language=LANGUAGE, k=1,
                      modes=list(ctx.cfg.modes), split="all", limit=ctx.cfg.limit,
@@ -185,14 +185,6 @@ def eval_tuned(ctx: Context, run: str = "run") -> str:
     return "; ".join(f"{mode}: parse {m['nonempty_parse_rate']:.3f}, pass@1 {m['pass_at_1']:.3f}"
                      for mode, m in report["modes"].items()) + \
         f"; gain over base {report['metrics']['gain_over_base']:+.3f}"
-
-
-def attach_base(report: dict, base: dict) -> None:
-    """Put the base model's results into the tuned report, as `eval-local --compare-base` does."""
-    report["base"] = {"metrics": base["metrics"], "results": base["results"], "model": base.get("model")}
-    main, b = report["metrics"], base["metrics"]
-    main["gain_over_base"] = round(main["nonempty_parse_rate"] - b["nonempty_parse_rate"], 4)
-    main["pass_gain_over_base"] = round(main["pass_at_1"] - b["pass_at_1"], 4)
 
 
 def focus(ctx: Context) -> str:
@@ -235,6 +227,12 @@ def train_round2(ctx: Context) -> str:
 
 def eval_tuned_round2(ctx: Context) -> str:
     return eval_tuned(ctx, run="run2")
+
+
+def _default_gates() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("mens.dogfood").joinpath("gates.yaml")))
 
 
 def gate(ctx: Context) -> str:

@@ -125,11 +125,17 @@ def evaluate_model(generate: Generate, tasks: list[BenchTask], lang: Language, *
         base = run_bench(base_generate, tasks, lang, k=1, decoding=MODES["greedy"], max_new_tokens=max_new_tokens,
                          progress=(lambda i, n: progress("base", i, n)) if progress else None,
                          generate_batch=base_generate_batch)
-        out["base"] = {"metrics": base["metrics"], "results": base["results"]}
-        out["metrics"]["gain_over_base"] = round(
-            main["metrics"]["nonempty_parse_rate"] - base["metrics"]["nonempty_parse_rate"], 4)
-        out["metrics"]["pass_gain_over_base"] = round(main["metrics"]["pass_at_1"] - base["metrics"]["pass_at_1"], 4)
+        attach_base(out, base)
     return out
+
+
+def attach_base(report: dict, base: dict) -> None:
+    """Put the base model's results (a run_bench report, or a saved one) into the tuned report, with the gains."""
+    report["base"] = {"metrics": base["metrics"], "results": base["results"],
+                      **({"model": base["model"]} if base.get("model") else {})}
+    main, b = report["metrics"], base["metrics"]
+    main["gain_over_base"] = round(main["nonempty_parse_rate"] - b["nonempty_parse_rate"], 4)
+    main["pass_gain_over_base"] = round(main["pass_at_1"] - b["pass_at_1"], 4)
 
 
 def eval_local(path: str | Path, bench: str | None = None, *, language: str = "vox", k: int = 1,
