@@ -44,10 +44,14 @@ def train(
     log_dir: Path = typer.Option(None, "--log-dir", help="Log directory; implies --background (default OUT/logs)."),
     seed: int = typer.Option(None, "--seed", help="Random seed."),
     lora_dropout: float = typer.Option(None, "--lora-dropout", help="LoRA dropout."),
+    lora_layers: int = typer.Option(None, "--lora-layers", help="Adapt only the top N decoder layers (0 = all)."),
     min_examples: int = typer.Option(None, "--min-examples", help="Fewest usable examples accepted."),
     strict_targets: bool = typer.Option(None, "--strict-targets/--no-strict-targets",
                                         help="Fail when an expected projection is missing."),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (0 = default)."),
+    autocast: str = typer.Option(None, "--autocast", help="Matmul precision: auto (default), bf16 or off (f32)."),
+    fsdp: str = typer.Option(None, "--fsdp", help="Shard across torchrun processes: auto (when a replica would "
+                             "not fit; default), on or off."),
     gradient_checkpointing: bool = typer.Option(None, "--gradient-checkpointing/--no-gradient-checkpointing",
                                                 help="Recompute activations in backward (less memory)."),
     system_prompt: str = typer.Option(None, "--system-prompt", help="System prompt ('' = none; default: Vox)."),
@@ -62,7 +66,9 @@ def train(
              "batch_size": batch_size, "grad_accum": grad_accum, "learning_rate": lr, "r": rank, "lora_alpha": alpha,
              "ce_last_k": ce_last_k, "pack": pack, "val_fraction": val_fraction, "eval_every": eval_every,
              "save_every": save_every, "resume": resume or None, "seed": seed, "lora_dropout": lora_dropout,
+             "lora_layers": lora_layers,
              "min_examples": min_examples, "strict_targets": strict_targets, "num_threads": threads,
+             "autocast": autocast, "fsdp": fsdp,
              "system_prompt": system_prompt, "gradient_checkpointing": gradient_checkpointing,
              "init_adapter": None if init_adapter is None else str(init_adapter)}
     if background or log_dir is not None:  # like the original, --log-dir alone also detaches

@@ -1,5 +1,6 @@
 """Checkpoints: `checkpoints/step-N/` with weights (adapter or full), optimizer, scheduler, RNG and the data
 cursor, written to a temporary directory and renamed into place (a crash never leaves half a checkpoint).
+An FSDP-sharded run writes the same files: rank 0 gets full tensors gathered by `mens.train.fsdp` first.
 """
 
 from __future__ import annotations
@@ -15,13 +16,27 @@ from mens.errors import DataError
 STATE = "state.json"
 
 
-def save_weights(model, out: Path, backend: str) -> None:
+def save_weights(model, out: Path, backend: str, state: dict | None = None) -> None:
+    """Full HF weights or the PEFT adapter; `state`: full tensors gathered from a sharded model (None = the model's)."""
     if backend == "full":
-        model.save_pretrained(out, safe_serialization=True)
-    else:
+        model.save_pretrained(out, safe_serialization=True, state_dict=state)
+    elif state is None:
         from mens.model.lora import save_adapter
 
         save_adapter(model, out)
+    else:
+        _save_adapter_state(model, out, state)
+
+
+def _save_adapter_state(model, out: Path, state: dict) -> None:
+    """`save_adapter` from given full tensors: the same two files, under PEFT's key names."""
+    from peft.utils import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(model, state_dict=state).items()}
+    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    model.peft_config["default"].save_pretrained(str(out))
 
 
 def capture_rng() -> dict:
@@ -47,8 +62,12 @@ def restore_rng(rng: dict) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, *, model, backend: str, optimizer, scheduler, state: dict,
-                    keep: int, rng_by_rank: list[dict] | None = None) -> Path:
-    """Write checkpoints/step-{step} atomically; prune to the newest `keep` (0 = keep all)."""
+                    keep: int, rng_by_rank: list[dict] | None = None, weights: dict | None = None,
+                    optimizer_state: dict | None = None) -> Path:
+    """Write checkpoints/step-{step} atomically; prune to the newest `keep` (0 = keep all).
+
+    `weights` / `optimizer_state`: full tensors gathered from an FSDP-sharded model (None = read the objects).
+    """
     import torch
 
     root = run_dir / "checkpoints"
@@ -57,8 +76,8 @@ def save_checkpoint(run_dir: Path, step: int, *, model, backend: str, optimizer,
     tmp = root / f".tmp-step-{step}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_weights(model, tmp, backend)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    save_weights(model, tmp, backend, state=weights)
+    torch.save(optimizer.state_dict() if optimizer_state is None else optimizer_state, tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save({"ranks": rng_by_rank or [capture_rng()]}, tmp / "rng.pt")  # one entry per process
     (tmp / STATE).write_text(json.dumps({**state, "step": step, "saved_at_unix": time.time()}, indent=2))
@@ -84,23 +103,29 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def load_checkpoint(ckpt: Path, *, model, backend: str, optimizer, scheduler, rank: int = 0) -> dict:
-    """Restore weights, optimizer, scheduler and this rank's RNG in place; return the saved state (step, cursor)."""
+    """Restore weights, optimizer, scheduler and this rank's RNG in place; return the saved state (step, cursor).
+
+    The files hold full tensors; a sharded (FSDP) model and its optimizer keep only their shards of them.
+    """
     import torch
 
-    if backend == "full":
-        from safetensors.torch import load_file
+    from mens.train.fsdp import load_optimizer_state, loading_full_tensors
 
-        sd = {}
-        for f in sorted(ckpt.glob("*.safetensors")):
-            sd.update(load_file(str(f)))
-        missing, unexpected = model.load_state_dict(sd, strict=False)
-        if unexpected:
-            raise DataError(f"{ckpt}: checkpoint weights do not match the model (unexpected {unexpected[:3]})")
-    else:
-        from mens.model.lora import load_adapter_weights
+    with loading_full_tensors(model):
+        if backend == "full":
+            from safetensors.torch import load_file
 
-        load_adapter_weights(model, ckpt)
-    optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
+            sd = {}
+            for f in sorted(ckpt.glob("*.safetensors")):
+                sd.update(load_file(str(f)))
+            missing, unexpected = model.load_state_dict(sd, strict=False)
+            if unexpected:
+                raise DataError(f"{ckpt}: checkpoint weights do not match the model (unexpected {unexpected[:3]})")
+        else:
+            from mens.model.lora import load_adapter_weights
+
+            load_adapter_weights(model, ckpt)
+    load_optimizer_state(optimizer, torch.load(ckpt / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
     ranks = torch.load(ckpt / "rng.pt", weights_only=False)["ranks"]
     restore_rng(ranks[rank] if rank < len(ranks) else ranks[0])  # another world size: same data, new streams

@@ -12,6 +12,8 @@ from mens.errors import ConfigError
 
 BACKENDS = ("qlora", "lora", "full")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+AUTOCASTS = ("auto", "bf16", "off")
+FSDP_MODES = ("auto", "on", "off")
 
 
 @dataclass
@@ -52,6 +54,10 @@ class TrainConfig:
     """LoRA alpha (scale = alpha / r)."""
     lora_dropout: float = 0.05
     """Dropout on the LoRA input."""
+    lora_layers: int = 0
+    """Adapt only the top N decoder layers (0 = all). Gradients then stop at the lowest adapted layer: on CPU the
+    top half of SmolLM2-135M's layers trains 1.6x faster than all of them, but on dogfood's data it generalized
+    worse (held-out task pass@1 0.62 vs 0.78 at the same wall time), so no preset uses it."""
     strict_targets: bool = False
     """Fail when an expected attention/MLP projection is missing instead of adapting the rest."""
     ce_last_k: int = 0
@@ -82,6 +88,15 @@ class TrainConfig:
     """System prompt for prompt/response rows; None = the packaged Vox prompt, "" = none."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward (less memory, ~30% slower)."""
+    autocast: str = "auto"
+    """Matmul precision (weights and optimizer stay f32): "auto" = bf16 for full fine-tuning on a CUDA GPU with
+    bf16 (LoRA/QLoRA bases are bf16 there already), f32 elsewhere; "bf16" = bf16 autocast wherever the device
+    does bf16 natively (CUDA; CPUs with AVX512-BF16 or AMX), f32 where it would be emulated; "off" = f32."""
+    fsdp: str = "auto"
+    """Under torchrun, shard weights, gradients and optimizer state across the processes (PyTorch FSDP2) instead
+    of a full replica in each: "auto" = only when the replicated run's memory estimate (as `mens probe`) exceeds
+    90% of one process's memory (its GPU; on CPU, RAM / processes on the node); "on" = whenever there are 2+
+    processes; "off" = never (full replicas, gradients summed). One process never shards. The update is the same."""
     num_threads: int = 0
     """torch CPU threads (0 = torch's default)."""
     log_every_s: float = 5.0
@@ -93,12 +108,17 @@ class TrainConfig:
         problems = []
         if self.backend not in BACKENDS:
             problems.append(f"--backend {self.backend!r} (expected one of {', '.join(BACKENDS)})")
+        if self.autocast not in AUTOCASTS:
+            problems.append(f"autocast = {self.autocast!r} (expected one of {', '.join(AUTOCASTS)})")
+        if self.fsdp not in FSDP_MODES:
+            problems.append(f"--fsdp {self.fsdp!r} (expected one of {', '.join(FSDP_MODES)})")
         if self.device not in DEVICES:
             problems.append(f"--device {self.device!r} (expected one of {', '.join(DEVICES)})")
         for name in ("seq_len", "batch_size", "grad_accum", "r"):
             if int(getattr(self, name)) <= 0:
                 problems.append(f"{name} = {getattr(self, name)!r} (expected a positive integer)")
-        for name in ("max_steps", "ce_last_k", "eval_every", "save_every", "keep_checkpoints", "warmup_steps"):
+        for name in ("max_steps", "ce_last_k", "eval_every", "save_every", "keep_checkpoints", "warmup_steps",
+                     "lora_layers"):
             if int(getattr(self, name)) < 0:
                 problems.append(f"{name} = {getattr(self, name)!r} (expected >= 0)")
         if self.ce_last_k > self.seq_len:

@@ -2,6 +2,7 @@
 
 Gradients are summed explicitly after accumulation (no DDP wrapper): each rank back-propagates
 `sum of its token losses / global supervised tokens`, so the all-reduced sum is the exact global mean.
+With FSDP (`mens.train.fsdp`) the sharded parameters' gradients are summed by FSDP's reduce-scatter instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ class Dist:
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+    sharded: bool = False
+    """Parameters are FSDP-sharded: FSDP reduces the gradients, and every rank must run the same passes."""
 
     @property
     def main(self) -> bool:
@@ -55,7 +58,7 @@ def all_sum(d: Dist, values: list[float]) -> list[float]:
 
 def all_sum_grads(d: Dist, params: list) -> None:
     """Sum the gradients of `params` over ranks in one flat buffer (missing grads count as zero)."""
-    if d.world <= 1:
+    if d.world <= 1 or d.sharded:  # FSDP reduce-scattered them (a sum) during backward
         return
     import torch
     import torch.distributed as dist

@@ -2,7 +2,9 @@
 micro-batches of this rank's share of the global batch, sum them over ranks, clip, step, log, evaluate, save.
 
 Loss of a step = (sum of per-token CE over all supervised tokens of the global batch) / (their count), so
-batch 8 x accum 1, batch 2 x accum 4 and 2 processes x batch 4 give the same update.
+batch 8 x accum 1, batch 2 x accum 4 and 2 processes x batch 4 give the same update. With FSDP (`d.sharded`)
+FSDP sums the gradients during backward, and every rank runs as many passes as rank 0 (the largest share) so
+that its collectives line up: a rank with fewer rows adds zero-weighted passes.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mens.errors import ModelError
-from mens.train import distributed
+from mens.train import distributed, fsdp
 from mens.train.checkpoint import save_checkpoint
 from mens.train.data import BatchPlan
 from mens.train.packing import Row, batch_loss_sum, row_supervised, row_tokens
@@ -38,18 +40,38 @@ class LoopState:
 
 
 def accumulate_gradients(model, micro: list[list[Row]], n_supervised: float, *, pad_id: int, device: str,
-                         autocast) -> float:
+                         autocast, passes: int = 0, filler: list[Row] | None = None) -> float:
     """Backward every micro-batch with loss = (its token-loss sum) / (supervised tokens of the whole global batch).
 
     Returns this rank's token-loss sum. Every supervised token of the step weighs the same, however the global
-    batch is split into micro-batches or processes.
+    batch is split into micro-batches or processes. `passes` > len(micro): backward `filler` that many extra times
+    with weight 0 (FSDP: this rank still joins every collective, and its gradient is unchanged).
     """
     loss_sum = 0.0
     for mb in micro:
         part, _ = batch_loss_sum(model, mb, pad_id, device, autocast)
         (part / n_supervised).backward()
         loss_sum += part.item()
+    for _ in range(passes - len(micro)):
+        part, _ = batch_loss_sum(model, filler, pad_id, device, autocast)
+        (part * 0.0).backward()
     return loss_sum
+
+
+def lockstep_passes(d, n_rows: int, batch_size: int) -> int:
+    """Micro-batches every rank must run when sharded: those of rank 0, whose share rows[0::world] is the largest."""
+    return math.ceil(math.ceil(n_rows / d.world) / batch_size) if d.sharded else 0
+
+
+def clip_gradients(params: list, max_norm: float) -> float:
+    """Global L2 norm of the gradients, clipped to max_norm when > 0 (FSDP's DTensor grads give the global norm)."""
+    import torch
+
+    if max_norm > 0:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
 def evaluate(model, rows: list[Row], *, batch_size: int, pad_id: int, device: str, autocast, d) -> float | None:
@@ -66,6 +88,8 @@ def evaluate(model, rows: list[Row], *, batch_size: int, pad_id: int, device: st
             chunk = mine[i:i + batch_size]
             part, n = batch_loss_sum(model, chunk, pad_id, device, autocast)
             total, count = total + part.item(), count + n
+        for _ in range(lockstep_passes(d, len(rows), batch_size) - math.ceil(len(mine) / batch_size)):
+            batch_loss_sum(model, rows[:1], pad_id, device, autocast)  # FSDP: join rank 0's all-gathers, count nothing
     model.train()
     total, count = distributed.all_sum(d, [total, float(count)])
     return total / count if count else None
@@ -73,16 +97,21 @@ def evaluate(model, rows: list[Row], *, batch_size: int, pad_id: int, device: st
 
 def _checkpoint(run_dir: Path, st: LoopState, *, model, optimizer, scheduler, cfg, d, plan: BatchPlan,
                 telemetry: Telemetry, ckpt_state: dict, sync: bool = True) -> None:
-    """Rank 0 writes checkpoints/step-N (atomically, with every rank's RNG); the others wait for it."""
+    """Rank 0 writes checkpoints/step-N (atomically, with every rank's RNG); the others wait for it.
+
+    Sharded (FSDP): every rank first joins gathering the full weights and optimizer state to rank 0.
+    """
     from mens.train.checkpoint import capture_rng
 
     rng_by_rank = distributed.gather_objects(d, capture_rng()) if sync else [capture_rng()]
+    weights = fsdp.full_weights(model, cfg.backend) if d.sharded else None
+    optimizer_state = fsdp.full_optimizer_state(optimizer, d.main) if d.sharded else None
     if d.main:
         cursor = {"step": st.step, "epoch": (st.step - 1) // plan.steps_per_epoch}
         path = save_checkpoint(run_dir, st.step, model=model, backend=cfg.backend, optimizer=optimizer,
                                scheduler=scheduler, keep=cfg.keep_checkpoints, rng_by_rank=rng_by_rank,
                                state={**ckpt_state, "last_loss": st.last_loss, "val_loss": st.last_val_loss,
-                                      "data_cursor": cursor})
+                                      "data_cursor": cursor}, weights=weights, optimizer_state=optimizer_state)
         telemetry.emit("checkpoint", step=st.step, path=str(path.relative_to(run_dir)))
     if sync:
         distributed.barrier(d)
@@ -92,8 +121,6 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
                plan: BatchPlan, cfg, run_dir: Path, d, device: str, autocast, pad_id: int,
                start_step: int, telemetry: Telemetry, ckpt_state: dict) -> LoopState:
     """Run optimizer steps start_step..plan.total_steps; the data cursor is the step number itself."""
-    import torch
-
     st = LoopState(step=start_step)
     total = plan.total_steps
     view = ProgressView(total, start_step, enabled=d.main, every_s=cfg.log_every_s)
@@ -109,18 +136,16 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
             micro = [mine[i:i + cfg.batch_size] for i in range(0, len(mine), cfg.batch_size)]  # grad_accum of them
             n_sup, n_in = distributed.all_sum(d, [float(sum(row_supervised(r) for r in mine)),
                                                  float(sum(row_tokens(r) for r in mine))])
-            loss_sum = accumulate_gradients(model, micro, n_sup, pad_id=pad_id, device=device, autocast=autocast)
+            loss_sum = accumulate_gradients(model, micro, n_sup, pad_id=pad_id, device=device, autocast=autocast,
+                                            passes=lockstep_passes(d, len(global_rows), cfg.batch_size),
+                                            filler=[rows[global_rows[0]]])
             distributed.all_sum_grads(d, params)
             (loss_sum,) = distributed.all_sum(d, [loss_sum])
             loss = loss_sum / n_sup
             if not math.isfinite(loss):
                 raise ModelError(f"step {step + 1}: training loss is {loss} (not finite); lower --lr, check the data, "
                                  f"or resume from the last checkpoint in {run_dir / 'checkpoints'}")
-            if cfg.max_grad_norm > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
-            else:
-                norms = [p.grad.norm() for p in params if p.grad is not None]
-                grad_norm = float(torch.linalg.vector_norm(torch.stack(norms)))
+            grad_norm = clip_gradients(params, cfg.max_grad_norm)
             lr = scheduler.get_last_lr()[0]
             optimizer.step()
             scheduler.step()
@@ -152,7 +177,8 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
             if _PAUSE_AFTER_STEP == st.step:  # test hook: hang here so a test can SIGKILL a run mid-way
                 time.sleep(3600)
     except KeyboardInterrupt:  # Ctrl+C: keep the work done so far, then stop (resume with --resume)
-        if st.step > start_step and d.main:
+        # Not when sharded: gathering the shards needs every rank, and another may be stuck mid-step.
+        if st.step > start_step and d.main and not d.sharded:
             _checkpoint(run_dir, st, model=model, optimizer=optimizer, scheduler=scheduler, cfg=cfg, d=d,
                         plan=plan, telemetry=telemetry, ckpt_state=ckpt_state, sync=False)
             view.note(f"interrupted: saved checkpoints/step-{st.step}; continue with --resume")

@@ -37,7 +37,8 @@ def versions() -> dict:
 
 def contract_digest(config: dict, data_sha256: str, base_sha256: str) -> str:
     """sha256 of what determines the result: the resolved config (minus paths and resume), data and base."""
-    keep = {k: v for k, v in config.items() if k not in ("output_dir", "resume", "data", "log_every_s", "num_threads")}
+    keep = {k: v for k, v in config.items() if k not in ("output_dir", "resume", "data", "log_every_s", "num_threads",
+                                                           "fsdp")}  # how work is split, not what it computes
     blob = json.dumps({"config": keep, "data": data_sha256, "base": base_sha256}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mens.errors import ConfigError, DataError, ModelError
 from mens.model.load import load_base, load_tokenizer, model_dir_problems, resolve_model, weights_sha256
-from mens.train import distributed
+from mens.train import distributed, fsdp
 from mens.train.checkpoint import latest_checkpoint, load_checkpoint, save_weights
 from mens.train.config import TrainConfig
 from mens.train.data import (
@@ -72,11 +72,33 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _autocast(device: str, backend: str):
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX-BF16 in /proc/cpuinfo (Linux). Elsewhere False: oneDNN then emulates bf16, slower than f32."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def autocast_dtype(setting: str, device: str, backend: str) -> str | None:
+    """"bf16" when matmuls should run under bf16 autocast, None for f32 (see TrainConfig.autocast)."""
     import torch
 
-    if device.startswith("cuda") and backend == "full" and torch.cuda.is_bf16_supported():
-        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # f32 master weights, bf16 matmuls
+    cuda_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
+    if setting == "auto":
+        return "bf16" if cuda_bf16 and backend == "full" else None
+    if setting == "bf16":
+        # On CPU, measured on SmolLM2-135M LoRA (Zen 4, 2 cores): 1.3-1.4x the tokens/s of f32, same loss curve.
+        return "bf16" if cuda_bf16 or (device == "cpu" and cpu_has_native_bf16()) else None
+    return None
+
+
+def _autocast(dtype: str | None, device: str):
+    import torch
+
+    if dtype == "bf16":  # f32 master weights and optimizer state, bf16 matmuls
+        return lambda: torch.autocast("cuda" if device.startswith("cuda") else "cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext
 
 
@@ -135,7 +157,7 @@ def build_model(cfg: TrainConfig, inp: Inputs, device: str, pf: Preflight):
     from mens.model.lora import attach_lora
 
     model = pf.run("target modules", attach_lora, model, r=cfg.r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
-                   strict=cfg.strict_targets)
+                   strict=cfg.strict_targets, top_layers=cfg.lora_layers)
     if cfg.init_adapter:
         pf.run("init adapter", _init_adapter, model, Path(cfg.init_adapter))
     return model
@@ -193,7 +215,7 @@ def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, schedule
     return int(state["step"]), ckpt.name
 
 
-def _manifest(cfg, inp: Inputs, *, run_id, device, world, warmup, start_step, resumed_from, model) -> dict:
+def _manifest(cfg, inp: Inputs, *, run_id, device, world, warmup, start_step, resumed_from, model, amp) -> dict:
     return {
         "schema_version": "mens.training_manifest.v1", "run_id": run_id, "backend": cfg.backend,
         "base_model": inp.model_id, "base_model_id": inp.model_id, "base_model_path": str(inp.model_dir),
@@ -202,6 +224,7 @@ def _manifest(cfg, inp: Inputs, *, run_id, device, world, warmup, start_step, re
         "data_files": [str(inp.data_path)], "data_sha256": inp.data_sha256, "system_prompt": inp.system_prompt,
         "chat_template": inp.tokenizer.chat_template, "config": cfg.to_dict(), "contract_digest": inp.digest,
         "execution_kernel": "torch-peft-loop-v1", "versions": versions(), "device": device, "world_size": world,
+        "matmul_dtype": amp or "f32",
         "seeds": {"seed": cfg.seed, "adapter_init": "seed", "dropout": "seed+1", "data_order": "seed*1000+epoch",
                   "val_split": "seed^0xA1B2C3D4"},
         "examples": {"rows_read": inp.n_rows, "train": len(inp.train), "val": len(inp.val), "skipped": inp.skipped,
@@ -251,12 +274,22 @@ def run_training(cfg: TrainConfig) -> dict:
     inp = prepare_inputs(cfg, pf, d.world)
 
     model = build_model(cfg, inp, device, pf)
+    shard, parallelism = fsdp.choose(cfg.fsdp, world=d.world, device=device, model_config=inp.model_config,
+                                     backend=cfg.backend, r=cfg.r, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
+                                     gradient_checkpointing=cfg.gradient_checkpointing)
+    if distributed.all_sum(d, [float(shard and d.main)])[0]:  # rank 0 decides for every rank
+        parallelism += "; sharded " + pf.run("fsdp", fsdp.shard_model, model, device)
+        d.sharded = True  # before the optimizer: it must hold the sharded parameters
+    pf.ok("parallelism", parallelism)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(0.9, 0.999), eps=1e-8,
                                   weight_decay=cfg.weight_decay)
     warmup = effective_warmup(cfg.warmup_steps, inp.plan.total_steps)
     scheduler = make_scheduler(optimizer, warmup=warmup, total=inp.plan.total_steps)
-    autocast = _autocast(device, cfg.backend)
+    amp = autocast_dtype(cfg.autocast, device, cfg.backend)
+    pf.ok("matmul precision", f"{amp or 'f32'} (autocast: {cfg.autocast}"
+          + ("; this CPU has no native bf16, so f32)" if cfg.autocast == "bf16" and amp is None else ")"))
+    autocast = _autocast(amp, device)
     pad_id = inp.tokenizer.pad_token_id if inp.tokenizer.pad_token_id is not None else 0
     loss0 = numeric_checks(cfg, inp, model, device, autocast, pad_id, pf)
     start_step, resumed_from = _resume(cfg, run, inp, model, optimizer, scheduler, d.rank)
@@ -266,7 +299,8 @@ def run_training(cfg: TrainConfig) -> dict:
     old = json.loads((run / MANIFEST).read_text()) if resumed_from and (run / MANIFEST).is_file() else {}
     run_id = old.get("run_id") or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     manifest = _manifest(cfg, inp, run_id=run_id, device=device, world=d.world, warmup=warmup,
-                         start_step=start_step, resumed_from=resumed_from, model=model)
+                         start_step=start_step, resumed_from=resumed_from, model=model, amp=amp)
+    manifest["parallelism"] = "fsdp" if d.sharded else "ddp-allreduce" if d.world > 1 else "single"
     tel = Telemetry(run, enabled=d.main)
     if d.main:
         pf.write()
@@ -290,9 +324,10 @@ def run_training(cfg: TrainConfig) -> dict:
     except BaseException as e:
         tel.emit("train_failed", error=f"{type(e).__name__}: {e}")
         raise
+    weights = fsdp.full_weights(model, cfg.backend) if d.sharded else None  # every rank joins the gather
     summary: dict = {}
     if d.main:
-        save_weights(model, run, cfg.backend)
+        save_weights(model, run, cfg.backend, state=weights)
         wall = time.time() - wall0
         summary = _summary(cfg, inp, st, run_id=run_id, device=device, world=d.world, start_step=start_step,
                            loss0=loss0, wall=wall)
