@@ -11,9 +11,11 @@ import pytest
 from mens.corpus import taskgen
 from mens.corpus.taskgen import focus_from_results, generate_task_pairs, load_task_templates
 from mens.dogfood.heldout import decontaminate, heldout_tasks
-from mens.evaluate.bench import Expect
-from mens.evaluate.checks import check_output
+from mens.evaluate.bench import heldout_names
 from mens.lang import get_language
+from mens.lang.checks import Expect, check_output
+
+AVOID = heldout_names()
 
 ALIAS_WORDS = ["action", "loader", "handler", "RPC", "page", "view", "screen", "model", "schema", "DB table", "enum",
                "helper", "utility", "spec", "test case", "route table", "job", "cron", "tool"]
@@ -22,7 +24,7 @@ ALIAS_WORDS = ["action", "loader", "handler", "RPC", "page", "view", "screen", "
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
     n = 2 * len(load_task_templates("vox")["templates"])
-    return generate_task_pairs(n, seed=7)[0]
+    return generate_task_pairs(n, seed=7, avoid_names=AVOID)[0]
 
 
 def _kind(row: dict) -> str:
@@ -30,8 +32,9 @@ def _kind(row: dict) -> str:
 
 
 def test_deterministic_for_a_seed(rows):
-    assert generate_task_pairs(len(rows), seed=7)[0] == rows
-    assert generate_task_pairs(40, seed=8)[0] != generate_task_pairs(40, seed=7)[0]
+    assert generate_task_pairs(len(rows), seed=7, avoid_names=AVOID)[0] == rows
+    assert (generate_task_pairs(40, seed=8, avoid_names=AVOID)[0]
+            != generate_task_pairs(40, seed=7, avoid_names=AVOID)[0])
 
 
 def test_every_row_parses_and_passes_its_own_expect(rows):
@@ -66,7 +69,7 @@ def test_names_are_varied(rows):
 
 
 def test_prompts_use_the_request_words_vox_does_not_have(rows):
-    text = "\n".join(r["prompt"] for r in generate_task_pairs(600, seed=1)[0])
+    text = "\n".join(r["prompt"] for r in generate_task_pairs(600, seed=1, avoid_names=AVOID)[0])
     missing = [w for w in ALIAS_WORDS if not re.search(rf"\b{re.escape(w)}\b", text, re.I)]
     assert not missing
     # Some prompts give a full signature, others only a name and a description.
@@ -93,12 +96,14 @@ def test_no_heldout_names_and_survives_decontamination(rows):
 
 
 def test_focus_shifts_the_category_distribution():
-    base = Counter(r["category"] for r in generate_task_pairs(300, seed=2)[0])
-    focused = Counter(r["category"] for r in generate_task_pairs(300, seed=2, focus={"routes": 5, "actor": 5})[0])
+    base = Counter(r["category"] for r in generate_task_pairs(300, seed=2, avoid_names=AVOID)[0])
+    focused = Counter(r["category"] for r in generate_task_pairs(300, seed=2, focus={"routes": 5, "actor": 5},
+                                                                 avoid_names=AVOID)[0])
     for cat in ("vox_task_routes", "vox_task_actor"):
         assert focused[cat] >= 3 * base[cat]
     assert focused["vox_task_fn"] < base["vox_task_fn"]
-    only = generate_task_pairs(30, seed=2, focus={**{c: 0 for c in taskgen.BENCH_TO_TEMPLATE}, "form": 1})[0]
+    only = generate_task_pairs(30, seed=2, focus={**{c: 0 for c in taskgen.BENCH_TO_TEMPLATE}, "form": 1},
+                               avoid_names=AVOID)[0]
     assert {r["category"] for r in only} == {"vox_task_form"}
 
 
@@ -125,7 +130,7 @@ def test_a_pair_failing_its_expect_is_never_written(monkeypatch):
                           "code": "fn ${e}_x() to int {\n    return 1\n}\n",
                           "expect": {"decls": [["fn", "${e}_y"]]}}]
     monkeypatch.setattr(taskgen, "load_task_templates", lambda lang: data)
-    rows, rep = generate_task_pairs(2, seed=0)
+    rows, rep = generate_task_pairs(2, seed=0, avoid_names=AVOID)
     assert rows == [] and rep.rejected_expect == 2 * taskgen.MAX_TRIES and "bad:" in rep.failures[0]
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from mens.evaluate.bench import load_bench
-from mens.evaluate.checks import check_output
 from mens.lang import get_language
+from mens.lang.checks import check_output
 
 VOX = get_language("vox")
 TASKS = {t.id: t for t in load_bench()}

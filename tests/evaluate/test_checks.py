@@ -8,12 +8,12 @@ import sys
 import pytest
 
 from mens.errors import ConfigError, DataError, GateFailed
-from mens.evaluate.bench import Expect, load_bench
-from mens.evaluate.checks import check_output, header_signature
-from mens.evaluate.extract import extract_code
+from mens.evaluate.bench import load_bench
 from mens.evaluate.gates import check_gates, load_gate_thresholds
 from mens.evaluate.passk import pass_at_k
 from mens.lang import get_language
+from mens.lang.checks import Expect, check_output, header_signature
+from mens.lang.extract import extract_code
 
 PY = get_language("python")
 
@@ -125,6 +125,6 @@ def test_gate_thresholds_from_environment_and_errors(tmp_path):
 def test_checking_imports_no_torch():
     import subprocess
 
-    code = "import sys, mens.evaluate.checks, mens.evaluate.gates; print('torch' in sys.modules)"
+    code = "import sys, mens.lang.checks, mens.evaluate.gates; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

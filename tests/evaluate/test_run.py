@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from mens.evaluate.bench import BenchTask, Expect
+from mens.evaluate.bench import BenchTask
 from mens.evaluate.run import Decoding, failing_outputs, run_bench
 from mens.lang import get_language
+from mens.lang.checks import Expect
 
 PY = get_language("python")
 TASKS = [

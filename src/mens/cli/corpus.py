@@ -120,8 +120,10 @@ def generate(
         typer.echo(generate_to_file(out, limit, seed, language).summary())
         return
     from mens.corpus.taskgen import generate_tasks_to_file, load_focus
+    from mens.evaluate.bench import heldout_names
 
     weights = load_focus(focus) if focus else None
     if weights:
         typer.echo("focus: " + ", ".join(f"{c} {w:g}" for c, w in sorted(weights.items(), key=lambda x: -x[1])))
-    typer.echo(generate_tasks_to_file(out, limit, seed, weights, language).summary())
+    typer.echo(generate_tasks_to_file(out, limit, seed, weights, language,
+                                      avoid_names=heldout_names()).summary())

@@ -23,8 +23,7 @@ from mens.corpus.generate import load_templates
 from mens.corpus.jsonl import write_jsonl
 from mens.corpus.records import SCHEMA_VERSION
 from mens.errors import DataError, UsageError
-from mens.evaluate.bench import Expect, load_bench
-from mens.evaluate.checks import check_output
+from mens.lang.checks import Expect, check_output
 
 MAX_TRIES = 20
 FAILED_TASK_BOOST = 4.0
@@ -71,16 +70,6 @@ class TaskGenReport:
 def load_task_templates(language: str) -> dict:
     """`data/generate/<language>_tasks.yaml` (the same loader and cache as the program templates)."""
     return load_templates(language, suffix="_tasks")
-
-
-def heldout_names() -> frozenset[str]:
-    """Every name a held-out task of the default bench expects; a drawn program must not declare one."""
-    names: set[str] = set()
-    for task in load_bench(None):
-        if task.split == "heldout":
-            e = task.expect
-            names |= {n for _, n in e.decls} | set(e.names) | set(e.params) | set(e.returns)
-    return frozenset(names)
 
 
 def _expect_names(expect: dict) -> set[str]:
@@ -150,9 +139,13 @@ def _weight(tpl: dict, focus: dict[str, float] | None) -> float:
     return float(focus.get(tpl["kind"], focus.get(tpl["category"], 1.0)))
 
 
-def generate_task_pairs(limit: int, seed: int = 0, focus: dict[str, float] | None = None,
-                        language: str | None = None) -> tuple[list[dict], TaskGenReport]:
-    """`limit` task pairs that parse and pass their own expect; deterministic for a seed (and focus)."""
+def generate_task_pairs(limit: int, seed: int = 0, focus: dict[str, float] | None = None, language: str | None = None,
+                        *, avoid_names: frozenset[str]) -> tuple[list[dict], TaskGenReport]:
+    """`limit` task pairs that parse and pass their own expect; deterministic for a seed (and focus).
+
+    `avoid_names`: names no pair may declare, the held-out tasks' (`mens.evaluate.bench.heldout_names()`); required,
+    so that no caller forgets them: random composition can hit one (Order + Status), and such a pair teaches the bench.
+    """
     if limit < 1:
         raise UsageError(f"--limit must be at least 1, got {limit}")
     if focus and any(w < 0 for w in focus.values()):
@@ -167,7 +160,7 @@ def generate_task_pairs(limit: int, seed: int = 0, focus: dict[str, float] | Non
     credit = [0.0] * len(templates)
     for i in range(limit):
         tpl = templates[_pick(templates, focus, credit)]
-        row = _make_row(tpl, data, rng, lang, seen, report)
+        row = _make_row(tpl, data, rng, lang, seen, report, avoid_names)
         if row is not None:
             row["source"] = f"taskgen:seed={seed}:{i}:{tpl['kind']}"
             rows.append(row)
@@ -175,15 +168,15 @@ def generate_task_pairs(limit: int, seed: int = 0, focus: dict[str, float] | Non
     return rows, report
 
 
-def _make_row(tpl: dict, data: dict, rng: random.Random, lang, seen: set, report: TaskGenReport) -> dict | None:
+def _make_row(tpl: dict, data: dict, rng: random.Random, lang, seen: set, report: TaskGenReport,
+              avoid_names: frozenset[str]) -> dict | None:
     """One checked row of `tpl`, retrying on duplicates and rejections; None when every try failed."""
     for _ in range(MAX_TRIES):
         prompt, code, expect = _instance(tpl, data, rng)
         if code in seen:
             report.duplicates += 1
             continue
-        # Random composition can still hit a held-out name (Order + Status); such a pair would teach the bench.
-        if _expect_names(expect) & heldout_names():
+        if _expect_names(expect) & avoid_names:
             report.rejected_heldout_name += 1
             continue
         res = lang.parse(code)
@@ -254,7 +247,7 @@ def load_focus(path: Path) -> dict[str, float]:
 
 
 def generate_tasks_to_file(out: Path, limit: int, seed: int = 0, focus: dict[str, float] | None = None,
-                           language: str | None = None) -> TaskGenReport:
-    rows, report = generate_task_pairs(limit, seed, focus, language)
+                           language: str | None = None, *, avoid_names: frozenset[str]) -> TaskGenReport:
+    rows, report = generate_task_pairs(limit, seed, focus, language, avoid_names=avoid_names)
     write_jsonl(out, rows)
     return report

@@ -15,8 +15,8 @@ import urllib.request
 from pathlib import Path
 
 from mens.evaluate.bench import BenchTask
-from mens.evaluate.checks import check_output
 from mens.lang import Language
+from mens.lang.checks import check_output
 
 
 def _free_port() -> int:

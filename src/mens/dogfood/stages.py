@@ -60,9 +60,11 @@ def generate(ctx: Context) -> str:
     signature, and an answer checked against exactly that), both parse-checked before they are written."""
     from mens.corpus.generate import generate_to_file
     from mens.corpus.taskgen import generate_tasks_to_file
+    from mens.evaluate.bench import heldout_names
 
     rep = generate_to_file(ctx.path("corpus", "synthetic.jsonl"), ctx.cfg.synthetic, ctx.cfg.seed, LANGUAGE)
-    tasks = generate_tasks_to_file(ctx.path("corpus", "tasks.jsonl"), ctx.cfg.tasks, ctx.cfg.seed)
+    tasks = generate_tasks_to_file(ctx.path("corpus", "tasks.jsonl"), ctx.cfg.tasks, ctx.cfg.seed,
+                                   avoid_names=heldout_names(ctx.cfg.bench))
     return (f"{rep.written} synthetic programs ({len(rep.kinds)} construct kinds) and {tasks.written} task pairs "
             f"({len(tasks.categories)} categories); all parse and pass their own checks")
 
@@ -197,6 +199,7 @@ def focus(ctx: Context) -> str:
     from mens.corpus.records import BadLine
     from mens.corpus.taskgen import focus_from_results, generate_task_pairs
     from mens.dogfood.heldout import decontaminate, heldout_tasks
+    from mens.evaluate.bench import heldout_names
     from mens.evaluate.local import eval_local
 
     dev_out = eval_local(ctx.run_dir1, ctx.cfg.bench, language=LANGUAGE, modes=["greedy"], split="dev",
@@ -205,7 +208,8 @@ def focus(ctx: Context) -> str:
                          progress=_progress(ctx, "dev"))
     dev = json.loads(dev_out.read_text(encoding="utf-8"))
     weights = focus_from_results(dev)
-    rows, rep = generate_task_pairs(ctx.cfg.tasks2, ctx.cfg.seed + 1, weights)
+    rows, rep = generate_task_pairs(ctx.cfg.tasks2, ctx.cfg.seed + 1, weights,
+                                    avoid_names=heldout_names(ctx.cfg.bench))
     tasks, refs = heldout_tasks(ctx.cfg.bench, ctx.cfg.split)
     focused, split = decontaminate(rows, tasks, refs)
     old = [obj for _, obj in read_objects(ctx.path("data", "train.jsonl")) if not isinstance(obj, BadLine)]

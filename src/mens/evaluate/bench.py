@@ -14,24 +14,10 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mens.errors import DataError
+from mens.lang.checks import Expect
 
 MANIFEST_SCHEMA = "vox_mens_bench_manifest_v1"
 DEFAULT_BENCH = "vox_default"
-
-
-class Expect(BaseModel):
-    """What the answer's code must show; every listed item is required."""
-
-    model_config = ConfigDict(extra="forbid")
-    decls: list[tuple[str, str]] = Field(default_factory=list, description="(kind, name) pairs that must be declared.")
-    kinds: list[str] = Field(default_factory=list, description="Kinds, exact (endpoint[query]) or base.")
-    names: list[str] = Field(default_factory=list, description="Names that must be declared (any kind).")
-    params: dict[str, list[str]] = Field(
-        default_factory=dict, description="decl name -> parameters, as 'name' or 'name: type', in order."
-    )
-    returns: dict[str, str] = Field(default_factory=dict, description="decl name -> return type after `to`.")
-    contains: list[str] = Field(default_factory=list, description="Substrings the code must contain.")
-    not_contains: list[str] = Field(default_factory=list, description="Substrings the code must not contain.")
 
 
 class BenchTask(BaseModel):
@@ -117,6 +103,16 @@ def _load_jsonl(text: str, where: str) -> list[BenchTask]:
     if not tasks:
         raise DataError(f"{where}: no tasks; each line must be a JSON task with id, prompt and expect")
     return tasks
+
+
+def heldout_names(path: str | Path | None = None) -> frozenset[str]:
+    """Every name a held-out task of the bench expects (generated training pairs must not declare one)."""
+    names: set[str] = set()
+    for task in load_bench(path):
+        if task.split == "heldout":
+            e = task.expect
+            names |= {n for _, n in e.decls} | set(e.names) | set(e.params) | set(e.returns)
+    return frozenset(names)
 
 
 def load_references(path: str | Path | None = None) -> dict[str, str]:

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mens.evaluate.bench import BenchTask
-from mens.evaluate.checks import SampleCheck, check_output
 from mens.evaluate.passk import pass_at_k
 from mens.lang import Language
+from mens.lang.checks import SampleCheck, check_output
 
 RESULTS_SCHEMA = "mens_benchmark_results_v1"
 MAX_OUTPUT_CHARS_KEPT = 4000

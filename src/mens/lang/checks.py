@@ -3,7 +3,8 @@
 A sample passes only when its code is non-empty, parses, declares something, and meets every
 expectation (declared kinds and names, parameters, return type, required contents). Each failure
 carries a reason and a category (`empty`, `parse`, `kind`, `name`, `params`, `returns`, `contents`).
-No torch.
+Language-generic (through the `Language` protocol): the bench (mens.evaluate) and the task-pair generator
+(mens.corpus.taskgen) judge answers with the same code. No torch.
 """
 
 from __future__ import annotations
@@ -11,15 +12,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from mens.evaluate.bench import Expect
-from mens.evaluate.extract import extract_code
-from mens.lang import Language
+from pydantic import BaseModel, ConfigDict, Field
+
+from mens.lang.base import Language
+from mens.lang.extract import extract_code
 
 # Declaration headers whose parameter list we read: `fn name<T>(…)`, `component Name(…)`, …
 _HEADER = r"\b(?:fn|component|workflow|activity|fragment)\s+{name}\s*(?:<[^>(]*>)?\s*\("
 # Stub markers count only inside comments, as whole words: `input(placeholder="…")` or a `Todo` table are fine.
 _STUB_MARKER = re.compile(r"\b(todo|tbd|fixme|placeholder|not implemented|unimplemented)\b", re.I)
 _COMMENT = re.compile(r"(?://|#)(.*)$", re.M)
+
+
+class Expect(BaseModel):
+    """What the answer's code must show; every listed item is required."""
+
+    model_config = ConfigDict(extra="forbid")
+    decls: list[tuple[str, str]] = Field(default_factory=list, description="(kind, name) pairs that must be declared.")
+    kinds: list[str] = Field(default_factory=list, description="Kinds, exact (endpoint[query]) or base.")
+    names: list[str] = Field(default_factory=list, description="Names that must be declared (any kind).")
+    params: dict[str, list[str]] = Field(
+        default_factory=dict, description="decl name -> parameters, as 'name' or 'name: type', in order."
+    )
+    returns: dict[str, str] = Field(default_factory=dict, description="decl name -> return type after `to`.")
+    contains: list[str] = Field(default_factory=list, description="Substrings the code must contain.")
+    not_contains: list[str] = Field(default_factory=list, description="Substrings the code must not contain.")
 
 
 @dataclass
