@@ -1,27 +1,54 @@
-"""Training throughput of the mens loop on the embedded SmolLM2-135M: LoRA vs QLoRA, packed vs unpacked.
+"""Training throughput on the embedded SmolLM2-135M: the mens loop side by side with TRL (SFTTrainer + peft LoRA).
 
-Data: every shared-corpus Vox example as a prompt/response pair. Reports input tokens/s, supervised tokens/s
-and wall time per configuration. Run: `python bench/train_speed.py [--steps N] [--threads T]`;
+Data: every shared-corpus Vox example as a prompt/response pair, encoded once by mens' text policy (chat template,
+Vox system prompt, loss on the assistant's tokens only, left truncation), so both sides train on the same token
+sequences. Both: LoRA on the same projections, f32 on CPU, packing, the same rows per step, AdamW, cosine without
+warmup, seed 42. mens' own variants (LoRA unpacked, QLoRA packed) run too. Every run is a subprocess of its own, so
+peak RSS is per run. Reports input and supervised tokens/s, setup and train time, peak RSS, first and final loss,
+and the mens/TRL ratios. The TRL side needs `pip install -e .[bench] -c constraints.txt`.
+Run: `python bench/train_speed.py [--steps N] [--threads T] [--runs a,b] [--out PATH]`;
 writes bench/results/train_speed-<host>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
+import resource
 import socket
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+T_START = time.time()  # a worker's setup time counts from here: torch imports, model load, data encoding
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-CONFIGS = [("lora", True), ("lora", False), ("qlora", True)]
+RUNS = {  # name -> (side, backend, pack)
+    "mens-lora-packed": ("mens", "lora", True),
+    "trl-lora-packed": ("trl", "lora", True),
+    "mens-lora-unpacked": ("mens", "lora", False),
+    "mens-qlora-packed": ("mens", "qlora", True),
+}
+PAIR = ("mens-lora-packed", "trl-lora-packed")  # the side-by-side; ratios are mens / trl
+# One source for the settings both sides share (mens' TrainConfig names).
+SHARED = {"batch_size": 2, "grad_accum": 2, "learning_rate": 2e-4, "weight_decay": 0.01, "max_grad_norm": 1.0,
+          "r": 16, "lora_alpha": 32.0, "lora_dropout": 0.05, "seed": 42, "warmup_steps": 0}
+# dogfood's one-line system prompt: with the packaged ~270-token one no two examples fit a 512-token row, and
+# packing (where much of mens' speed comes from) would not be measured at all.
+from mens.dogfood.pipeline import SHORT_SYSTEM_PROMPT as SYSTEM_PROMPT  # noqa: E402  (after the sys.path line)
+
+TRL_MISSING = ("TRL side skipped: `trl` is not installed in this environment. Install the bench extra with\n"
+               "  pip install -e .[bench] -c constraints.txt\nand run again; the mens side runs now.")
+VERSIONS = ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "tokenizers")
 
 
 def make_data(corpus: Path, out: Path) -> int:
@@ -36,45 +63,209 @@ def make_data(corpus: Path, out: Path) -> int:
     return len(rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--seq-len", type=int, default=512)
-    ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus" / "vox")
-    args = ap.parse_args()
+def _finish(result: dict, train_s: float, start_ts: float) -> dict:
+    """Add the figures both sides compute the same way: rates, setup time, peak RSS, threads."""
     import torch
 
+    result.update(train_time_s=round(train_s, 2), setup_s=round(start_ts - T_START, 2),
+                  tokens_per_s=round(result["input_tokens"] / train_s, 1),
+                  supervised_tokens_per_s=round(result["supervised_tokens"] / train_s, 1),
+                  peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                  torch_threads=torch.get_num_threads())
+    return result
+
+
+def run_mens(data: Path, tmp: Path, backend: str, pack: bool, args) -> dict:
     from mens.train.config import TrainConfig
+    from mens.train.manifest import MANIFEST
     from mens.train.run import run_training
+    from mens.train.telemetry import read_events
+
+    out = tmp / "run"
+    cfg = TrainConfig(data=str(data), output_dir=str(out), model="smollm2-135m", backend=backend, device="cpu",
+                      max_steps=args.steps, seq_len=args.seq_len, val_fraction=0, save_every=0, eval_every=0,
+                      pack=pack, num_threads=args.threads, min_examples=10, autocast="off",
+                      system_prompt=SYSTEM_PROMPT, **SHARED)
+    s = run_training(cfg)
+    events = read_events(out)
+    losses = [e["loss"] for e in events if e["event"] == "step"]
+    start_ts = next(e["ts_ms"] for e in events if e["event"] == "train_start") / 1000  # just before step 1
+    examples = json.loads((out / MANIFEST).read_text())["examples"]
+    return _finish({"steps": s["steps"], "examples": examples["train"], "packed_rows": examples["train_rows"],
+                    "input_tokens": s["total_tokens"], "supervised_tokens": s["supervised_tokens"],
+                    "first_loss": losses[0], "final_loss": losses[-1], "preflight_loss": s["first_loss"]},
+                   s["train_time_s"], start_ts)
+
+
+def run_trl(data: Path, tmp: Path, args) -> dict:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from mens.model.load import load_tokenizer, resolve_model
+    from mens.model.targets import find_targets
+    from mens.train.data import read_examples
+    from mens.train.text import IGNORE
 
     torch.set_num_threads(args.threads)
+    model_dir, _ = resolve_model("smollm2-135m")
+    tok = load_tokenizer(model_dir)  # the tokenizer mens trains with (same chat template, same pad token)
+    examples, _, _ = read_examples(data, tok, seq_len=args.seq_len, ce_last_k=0,
+                                   system_prompt=SYSTEM_PROMPT, min_rating=3)
+    # Pre-tokenized: TRL skips its own chat rendering and builds labels from completion_mask (completion_only_loss).
+    ds = Dataset.from_dict({"input_ids": [e.ids for e in examples],
+                            "completion_mask": [[int(x != IGNORE) for x in e.labels] for e in examples]})
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model.config.use_cache = False
+    lora = LoraConfig(r=SHARED["r"], lora_alpha=SHARED["lora_alpha"], lora_dropout=SHARED["lora_dropout"],
+                      target_modules=find_targets(model), bias="none", task_type="CAUSAL_LM")
+    conf = SFTConfig(output_dir=str(tmp / "trl"), max_steps=args.steps, max_length=args.seq_len,
+                     per_device_train_batch_size=SHARED["batch_size"],
+                     gradient_accumulation_steps=SHARED["grad_accum"], learning_rate=SHARED["learning_rate"],
+                     lr_scheduler_type="cosine", warmup_steps=SHARED["warmup_steps"],
+                     weight_decay=SHARED["weight_decay"], max_grad_norm=SHARED["max_grad_norm"], optim="adamw_torch",
+                     seed=SHARED["seed"], data_seed=SHARED["seed"], packing=True, packing_strategy="bfd",
+                     padding_free=True, completion_only_loss=True, bf16=False, fp16=False, use_cpu=True,
+                     gradient_checkpointing=False,  # TRL's default is True; mens trains without it
+                     # optim: mens steps torch.optim.AdamW (foreach); transformers' default would be the fused one
+                     logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True)
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.t0 = self.t1 = 0.0
+            self.losses: list[float] = []
+
+        def on_train_begin(self, *a, **k):
+            self.t0 = time.time()
+
+        def on_step_end(self, *a, **k):
+            self.t1 = time.time()
+
+        def on_log(self, *a, logs=None, **k):
+            if logs and "loss" in logs:
+                self.losses.append(logs["loss"])
+
+    class CountingSFTTrainer(SFTTrainer):
+        """Counts tokens as mens does: real input tokens, and label positions the loss scores."""
+
+        input_tokens = supervised_tokens = 0
+
+        def compute_loss(self, model, inputs, *a, **k):
+            if model.training:
+                mask = inputs.get("attention_mask")
+                self.input_tokens += int(inputs["input_ids"].numel() if mask is None else mask.sum())
+                self.supervised_tokens += int((inputs["labels"][..., 1:] != IGNORE).sum())
+            return super().compute_loss(model, inputs, *a, **k)
+
+    clock = Clock()
+    torch.manual_seed(SHARED["seed"])  # adapter init
+    trainer = CountingSFTTrainer(model=model, args=conf, train_dataset=ds, processing_class=tok, peft_config=lora,
+                                 callbacks=[clock])
+    trainer.train()
+    leak = _trl_packing_leak(trainer, examples[0].ids[:24], examples[1].ids[:24])  # after the timed steps
+    return _finish({"steps": trainer.state.global_step, "examples": len(examples),
+                    "packed_rows": len(trainer.train_dataset),
+                    "example_tokens": sum(len(e.ids) for e in examples),
+                    "packed_tokens": sum(len(x) for x in trainer.train_dataset["input_ids"]),
+                    "input_tokens": trainer.input_tokens, "supervised_tokens": trainer.supervised_tokens,
+                    "first_loss": clock.losses[0], "final_loss": clock.losses[-1],
+                    "padding_free": trainer.padding_free, "attn_implementation": model.config._attn_implementation,
+                    "packing_isolates_examples": leak < 1e-4, "packing_leak_max_abs_logit": leak},
+                   clock.t1 - clock.t0, clock.t0)
+
+
+def _trl_packing_leak(trainer, a: list[int], b: list[int]) -> float:
+    """Max |logit difference| on example b between TRL's packed batch [a, b] and b alone (0 = isolated)."""
+    import torch
+
+    batch = trainer.data_collator([{"input_ids": a}, {"input_ids": b}])
+    batch.pop("labels")
+    model = trainer.model
+    model.eval()
+    with torch.no_grad():
+        packed = model(**batch).logits[0, len(a):len(a) + len(b)]
+        alone = model(input_ids=torch.tensor([b])).logits[0]
+    return float((packed - alone).abs().max())
+
+
+def worker(args) -> None:
+    side, backend, pack = RUNS[args.worker]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        r = run_mens(args.data, tmp, backend, pack, args) if side == "mens" else run_trl(args.data, tmp, args)
+    args.result.write_text(json.dumps({"run": args.worker, "side": side, "backend": backend, "pack": pack, **r}))
+
+
+def machine_info(threads: int) -> dict:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    versions = {}
+    for name in VERSIONS:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {"host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
+            "threads": threads, "python": platform.python_version(), "versions": versions}
+
+
+def ratios(by_run: dict) -> dict | None:
+    """mens / TRL for the matched pair (> 1 on a rate: mens is faster; < 1 on memory: mens uses less)."""
+    m, t = (by_run.get(n) for n in PAIR)
+    if not (m and t):
+        return None
+    keys = ("tokens_per_s", "supervised_tokens_per_s", "peak_rss_mb", "train_time_s", "setup_s")
+    return {"pair": f"{PAIR[0]} / {PAIR[1]}", **{k: round(m[k] / t[k], 3) for k in keys if t[k]}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=4, help="optimizer steps per run")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads in every run")
+    ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus" / "vox")
+    ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {', '.join(RUNS)}")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / f"train_speed-{socket.gethostname()}.json")
+    ap.add_argument("--worker", choices=RUNS, help=argparse.SUPPRESS)  # internal: one run in this process
+    ap.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    if unknown := [n for n in names if n not in RUNS]:
+        ap.error(f"--runs: unknown {', '.join(unknown)}; choose from {', '.join(RUNS)}")
+    skipped = {}
+    if importlib.util.find_spec("trl") is None and any(RUNS[n][0] == "trl" for n in names):
+        print(TRL_MISSING, file=sys.stderr, flush=True)
+        skipped = {n: "trl is not installed (pip install -e .[bench] -c constraints.txt)"
+                   for n in names if RUNS[n][0] == "trl"}
+        names = [n for n in names if n not in skipped]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "train.jsonl"
-        n = make_data(args.corpus, data)
-        for backend, pack in CONFIGS:
-            out = Path(tmp) / f"{backend}-{pack}"
-            cfg = TrainConfig(data=str(data), output_dir=str(out), model="smollm2-135m", backend=backend,
-                              device="cpu", max_steps=args.steps, seq_len=args.seq_len, batch_size=2, grad_accum=2,
-                              warmup_steps=0, val_fraction=0, save_every=0, eval_every=0, pack=pack,
-                              num_threads=args.threads, min_examples=10)
+        n_rows = make_data(args.corpus, data)
+        for name in names:
+            res = Path(tmp) / f"{name}.json"
             t0 = time.time()
-            s = run_training(cfg)
-            wall = time.time() - t0
-            results.append({"backend": backend, "pack": pack, "steps": s["steps"], "input_tokens": s["total_tokens"],
-                            "supervised_tokens": s["supervised_tokens"], "train_time_s": s["train_time_s"],
-                            "tokens_per_s": s["tokens_per_s"],
-                            "supervised_tokens_per_s": round(s["supervised_tokens"] / s["train_time_s"], 1),
-                            "wall_time_s": round(wall, 1), "first_loss": s["first_loss"],
-                            "final_loss": s["final_loss"], "peak_rss_mb": s["peak_memory"]["cpu_max_rss_mb"]})
+            subprocess.run([sys.executable, __file__, "--worker", name, "--data", str(data), "--result", str(res),
+                            "--steps", str(args.steps), "--threads", str(args.threads), "--seq-len", str(args.seq_len)],
+                           env=env, check=True)
+            results.append({**json.loads(res.read_text()), "wall_time_s": round(time.time() - t0, 1)})
             print(json.dumps(results[-1]), flush=True)
-    doc = {"bench": "train_speed", "host": socket.gethostname(), "cpu_count": os.cpu_count(), "threads": args.threads,
-           "torch": torch.__version__, "python": platform.python_version(), "examples": n, "seq_len": args.seq_len,
-           "batch": "2 x accum 2", "results": results}
-    dest = REPO / "bench" / "results" / f"train_speed-{socket.gethostname()}.json"
-    dest.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {dest}")
+    by_run = {r["run"]: r for r in results}
+    doc = {"bench": "train_speed", "machine": machine_info(args.threads), "rows": n_rows, "steps": args.steps,
+           "seq_len": args.seq_len, "shared_settings": SHARED,
+           "batch": f"{SHARED['batch_size']} rows x accum {SHARED['grad_accum']} per optimizer step (a row: examples "
+                    "packed up to seq_len, or one example unpacked)",
+           "ratios_mens_over_trl": ratios(by_run), "skipped": skipped, "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"ratios mens/trl: {json.dumps(doc['ratios_mens_over_trl'])}\nwrote {args.out}")
 
 
 if __name__ == "__main__":
