@@ -50,7 +50,8 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     state = json.loads((out / "dogfood_state.json").read_text())
     assert [k for k, v in state["stages"].items() if v["status"] == "done"] == STAGES
     for rel in ("corpus/units.jsonl", "corpus/validated.jsonl", "corpus/rejects.jsonl", "corpus/pairs.jsonl",
-                "corpus/synthetic.jsonl", "corpus/tasks.jsonl", "corpus/mix.yaml", "corpus/mixed.jsonl",
+                "corpus/synthetic.jsonl", "corpus/tasks.jsonl", "corpus/bench_dev.jsonl", "corpus/mix.yaml",
+                "corpus/mixed.jsonl",
                 "data/train.jsonl", "data/heldout_split.json", "data/eval_results.json", "bench/heldout.jsonl",
                 "bench/heldout_reference.jsonl", "eval/base_results.json", "eval/merged_results.json",
                 "run/merge_parity.json", "run/adapter_model.safetensors",

@@ -72,3 +72,19 @@ def test_dogfood_corpus_stages_take_a_users_vox_checkout(tmp_path, shared_vox):
     assert len(sources) > 1
     split = json.loads((cfg.output_dir / "data/heldout_split.json").read_text())
     assert split["kept"] + split["dropped"] == split["rows_in"] and split["kept"] > 1000
+
+
+def test_dev_pairs_are_the_dev_split_and_never_a_heldout_task():
+    from mens.dogfood.heldout import dev_pairs
+    from mens.dogfood.pipeline import DogfoodConfig
+
+    rows = dev_pairs(None, "vox")
+    dev, _ = heldout_tasks(None, "dev")
+    held, held_refs = heldout_tasks(None, "heldout")
+    assert len(rows) == len(dev) > 0 and all(r["source"].startswith("bench-dev:") for r in rows)
+    assert {r["prompt"] for r in rows}.isdisjoint(t.prompt for t in held)
+    assert {code_hash(r["response"]) for r in rows}.isdisjoint(code_hash(a) for a in held_refs.values())
+    _, split = decontaminate(rows, held, held_refs)  # the same check dogfood runs over every training row
+    assert split.kept == len(rows)
+    assert DogfoodConfig(output_dir="x").dev_pairs  # one round: the dev split is training data
+    assert not DogfoodConfig(output_dir="x", rounds=2).dev_pairs  # two rounds: it is round 2's probe

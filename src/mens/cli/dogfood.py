@@ -24,12 +24,14 @@ def dogfood(
     batch_size: int = typer.Option(None, "--batch-size", min=1, help="Training rows per step (default: preset's)."),
     lr: float = typer.Option(None, "--lr", help="Peak learning rate (default: the preset's)."),
     synthetic: int = typer.Option(None, "--synthetic", help="Synthetic programs to add (default 200; quick 40)."),
-    tasks: int = typer.Option(None, "--tasks", help="Task-shaped synthetic pairs to add (default 600; quick 60)."),
+    tasks: int = typer.Option(None, "--tasks", help="Task-shaped synthetic pairs to add (default 500; quick 60)."),
     limit: int = typer.Option(None, "--limit", min=1, help="Evaluate only the first N held-out tasks."),
     max_new_tokens: int = typer.Option(None, "--max-new-tokens", min=1, help="Answer budget in eval (200; quick 128)."),
     modes: str = typer.Option("greedy,retry,constrained", "--modes", help="Decoding modes for the tuned model."),
     gates: str = typer.Option(None, "--gates", help="Gate YAML, or `none` (default: parse >= 0.80, gain >= 0.30)."),
     rounds: int = typer.Option(1, "--rounds", help="2: a second round aimed at what round 1 failed on the dev split."),
+    dev_pairs: bool = typer.Option(None, "--dev-pairs/--no-dev-pairs",
+                                   help="Train on the bench's dev split answers (default: yes, unless --rounds 2)."),
     seed: int = typer.Option(0, "--seed", help="Seed for phrasings, synthetic data and the mix."),
     resume: bool = typer.Option(False, "--resume", help="Continue a run in --output-dir, skipping finished stages."),
 ) -> int:
@@ -42,7 +44,7 @@ def dogfood(
                         learning_rate=lr, synthetic=synthetic, tasks=tasks, limit=limit, max_new_tokens=max_new_tokens,
                         modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
                         gates=None if gates is None else Path(gates), rounds=rounds, seed=seed,
-                        resume=resume)
+                        dev_pairs=dev_pairs, resume=resume)
     s = run_dogfood(cfg)
     typer.echo(f"base model:  non-empty parse rate {_f(s['base']['nonempty_parse_rate'])}, "
                f"pass@1 {_f(s['base']['pass_at_1'])}")

@@ -43,7 +43,7 @@ class DogfoodConfig:
     synthetic: int | None = None
     """Synthetic programs from `corpus generate` (default 200; quick 40)."""
     tasks: int | None = None
-    """Task-shaped pairs from `corpus generate --tasks` (default 600; quick 60)."""
+    """Task-shaped pairs from `corpus generate --tasks` (default 500; quick 60)."""
     bench: str = "vox_default"
     split: str = "heldout"
     limit: int | None = None
@@ -53,6 +53,9 @@ class DogfoodConfig:
     rounds: int = 1
     """2 adds a data loop: the round-1 model answers the bench's dev split, task pairs aimed at the categories it
     failed are generated, and training continues from the round-1 adapter (the held-out split stays unseen)."""
+    dev_pairs: bool | None = None
+    """Train on the bench's dev split (its tasks with their reference answers, repeated 3x). Default: yes with one
+    round; no with --rounds 2, whose data loop probes the model on the dev split (it must stay unseen there)."""
     tasks2: int | None = None
     """Focused task pairs for round 2 (default 400; quick 40)."""
     served_tasks: int | None = None
@@ -68,11 +71,13 @@ class DogfoodConfig:
         if self.synthetic is None:
             self.synthetic = 40 if self.quick else 200
         if self.tasks is None:
-            self.tasks = 60 if self.quick else 600
+            self.tasks = 60 if self.quick else 500
         if self.limit is None and self.quick:
             self.limit = 8
         if self.rounds not in (1, 2):
             raise UsageError(f"--rounds {self.rounds}: use 1 or 2")
+        if self.dev_pairs is None:
+            self.dev_pairs = self.rounds == 1
         if self.tasks2 is None:
             self.tasks2 = 40 if self.quick else 400
         if self.served_tasks is None:

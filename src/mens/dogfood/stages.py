@@ -19,6 +19,8 @@ import yaml
 from mens.dogfood.pipeline import Context
 
 LANGUAGE = "vox"
+DEV_REPEATS = 3.0
+"""How often each dev-split pair repeats in the mix: 56 hand-written answers among ~1,100 rows."""
 
 
 def extract(ctx: Context) -> str:
@@ -65,8 +67,16 @@ def generate(ctx: Context) -> str:
     rep = generate_to_file(ctx.path("corpus", "synthetic.jsonl"), ctx.cfg.synthetic, ctx.cfg.seed, LANGUAGE)
     tasks = generate_tasks_to_file(ctx.path("corpus", "tasks.jsonl"), ctx.cfg.tasks, ctx.cfg.seed,
                                    avoid_names=heldout_names(ctx.cfg.bench))
-    return (f"{rep.written} synthetic programs ({len(rep.kinds)} construct kinds) and {tasks.written} task pairs "
+    note = (f"{rep.written} synthetic programs ({len(rep.kinds)} construct kinds) and {tasks.written} task pairs "
             f"({len(tasks.categories)} categories); all parse and pass their own checks")
+    if ctx.cfg.dev_pairs:
+        from mens.corpus.jsonl import write_jsonl
+        from mens.dogfood.heldout import dev_pairs
+
+        dev = dev_pairs(ctx.cfg.bench, LANGUAGE)
+        write_jsonl(ctx.path("corpus", "bench_dev.jsonl"), dev)
+        note += f"; {len(dev)} dev-split tasks with their reference answers"
+    return note
 
 
 def mix(ctx: Context) -> str:
@@ -75,7 +85,8 @@ def mix(ctx: Context) -> str:
     c = ctx.path("corpus")
     config = {"version": 1, "output": "mixed.jsonl", "seed": ctx.cfg.seed,
               "sources": [{"path": "pairs.jsonl", "weight": 1.0}, {"path": "synthetic.jsonl", "weight": 1.0},
-                          {"path": "tasks.jsonl", "weight": 1.0}]}
+                          {"path": "tasks.jsonl", "weight": 1.0},
+                          *([{"path": "bench_dev.jsonl", "weight": DEV_REPEATS}] if ctx.cfg.dev_pairs else [])]}
     (c / "mix.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     rep = mix_sources(c / "mix.yaml", base=c)
     return f"{rep['total_emitted']} rows from {len(rep['sources'])} sources"
