@@ -72,11 +72,6 @@ def load_task_templates(language: str) -> dict:
     return load_templates(language, suffix="_tasks")
 
 
-def _expect_names(expect: dict) -> set[str]:
-    return ({n for _, n in expect.get("decls", [])} | set(expect.get("names", [])) | set(expect.get("params", {}))
-            | set(expect.get("returns", {})))
-
-
 def _pascal(snake: str) -> str:
     return "".join(part.capitalize() for part in snake.split("_"))
 
@@ -176,7 +171,8 @@ def _make_row(tpl: dict, data: dict, rng: random.Random, lang, seen: set, report
         if code in seen:
             report.duplicates += 1
             continue
-        if _expect_names(expect) & avoid_names:
+        wanted = Expect(**expect)
+        if wanted.declared_names() & avoid_names:
             report.rejected_heldout_name += 1
             continue
         res = lang.parse(code)
@@ -184,7 +180,7 @@ def _make_row(tpl: dict, data: dict, rng: random.Random, lang, seen: set, report
             report.rejected_unparsable += 1
             _note(report, tpl, f"does not parse: {res.first_error}")
             continue
-        check = check_output(code, Expect(**expect), lang)
+        check = check_output(code, wanted, lang)
         if not check.passed:
             report.rejected_expect += 1
             _note(report, tpl, "; ".join(r for _, r in check.failures))

@@ -107,12 +107,7 @@ def _load_jsonl(text: str, where: str) -> list[BenchTask]:
 
 def heldout_names(path: str | Path | None = None) -> frozenset[str]:
     """Every name a held-out task of the bench expects (generated training pairs must not declare one)."""
-    names: set[str] = set()
-    for task in load_bench(path):
-        if task.split == "heldout":
-            e = task.expect
-            names |= {n for _, n in e.decls} | set(e.names) | set(e.params) | set(e.returns)
-    return frozenset(names)
+    return frozenset(n for task in load_bench(path) if task.split == "heldout" for n in task.expect.declared_names())
 
 
 def load_references(path: str | Path | None = None) -> dict[str, str]:

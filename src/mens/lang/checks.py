@@ -38,6 +38,10 @@ class Expect(BaseModel):
     contains: list[str] = Field(default_factory=list, description="Substrings the code must contain.")
     not_contains: list[str] = Field(default_factory=list, description="Substrings the code must not contain.")
 
+    def declared_names(self) -> set[str]:
+        """Every name the answer must declare or give a signature to."""
+        return {n for _, n in self.decls} | set(self.names) | set(self.params) | set(self.returns)
+
 
 @dataclass
 class SampleCheck:

@@ -43,20 +43,24 @@ def attach_lora(model, *, r: int, alpha: float, dropout: float, strict: bool = F
         return peft.get_peft_model(model, cfg)
 
 
-def adapter_state(model) -> dict:
-    """The trainable adapter tensors under PEFT's saved key names (on CPU, contiguous)."""
+def adapter_state(model, state_dict: dict | None = None) -> dict:
+    """The trainable adapter tensors under PEFT's saved key names (on CPU, contiguous).
+
+    `state_dict`: take the tensors from it instead of the model (full tensors gathered from an FSDP-sharded model).
+    """
     from peft.utils import get_peft_model_state_dict
 
-    return {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+    return {k: v.detach().cpu().contiguous()
+            for k, v in get_peft_model_state_dict(model, state_dict=state_dict).items()}
 
 
-def save_adapter(model, out_dir: str | Path) -> None:
+def save_adapter(model, out_dir: str | Path, state_dict: dict | None = None) -> None:
     """Write adapter_config.json + adapter_model.safetensors (exactly those two files, no README)."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_file(adapter_state(model), str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    save_file(adapter_state(model, state_dict), str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
     model.peft_config["default"].save_pretrained(str(out))  # writes adapter_config.json only
 
 

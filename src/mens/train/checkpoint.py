@@ -20,23 +20,10 @@ def save_weights(model, out: Path, backend: str, state: dict | None = None) -> N
     """Full HF weights or the PEFT adapter; `state`: full tensors gathered from a sharded model (None = the model's)."""
     if backend == "full":
         model.save_pretrained(out, safe_serialization=True, state_dict=state)
-    elif state is None:
+    else:
         from mens.model.lora import save_adapter
 
-        save_adapter(model, out)
-    else:
-        _save_adapter_state(model, out, state)
-
-
-def _save_adapter_state(model, out: Path, state: dict) -> None:
-    """`save_adapter` from given full tensors: the same two files, under PEFT's key names."""
-    from peft.utils import get_peft_model_state_dict
-    from safetensors.torch import save_file
-
-    out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(model, state_dict=state).items()}
-    save_file(tensors, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
-    model.peft_config["default"].save_pretrained(str(out))
+        save_adapter(model, out, state)
 
 
 def capture_rng() -> dict:
