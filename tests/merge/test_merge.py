@@ -57,3 +57,28 @@ def test_merge_refuses_bad_inputs(tmp_path, make_tiny_run):
     (run / "adapter_model.safetensors").unlink()
     with pytest.raises(ModelError, match="no adapter"):
         merge_adapter(run, tmp_path / "m3")
+
+
+def test_full_finetune_run_exports_its_own_weights(tmp_path, make_tiny_run):
+    """A full fine-tune has no adapter: merge exports the run's weights with the same serving files."""
+    model, adapter_run, base_dir = make_tiny_run("lora")
+    run = tmp_path / "full-run"
+    trained = model.merge_and_unload()  # stands in for weights a full fine-tune changed
+    trained.save_pretrained(run)
+    transformers.AutoTokenizer.from_pretrained(adapter_run).save_pretrained(run)
+    (run / "training_manifest.json").write_text(json.dumps(
+        {"backend": "full", "base_model": "tiny-base", "system_prompt": "You write Vox."}))
+    ids = torch.tensor([[1, 5, 9, 20, 33, 7]])
+    with torch.no_grad():
+        want = trained(ids).logits
+    out = merge_adapter(run, tmp_path / "merged")
+    with torch.no_grad():
+        got = transformers.AutoModelForCausalLM.from_pretrained(out)(ids).logits
+    assert torch.equal(got, want)
+    assert "You write Vox." in (out / "Modelfile").read_text()
+    handoff = json.loads((out / "external_serving_handoff_v1.json").read_text())
+    assert handoff["adapter_path"] is None and "vllm_base_plus_lora" not in handoff["commands"]
+    assert handoff["base_model"] == "tiny-base"
+    (run / "training_manifest.json").write_text(json.dumps({"backend": "lora"}))  # weights, but not a full run
+    with pytest.raises(ModelError, match="no adapter"):
+        merge_adapter(run, tmp_path / "m2")

@@ -71,11 +71,12 @@ def eval_local(
 
 
 def merge(
-    run: Path = typer.Argument(..., help="Run directory with a LoRA/QLoRA adapter."),
+    run: Path = typer.Argument(..., help="Run directory: a LoRA/QLoRA adapter, or a full fine-tune to export."),
     output: Path = typer.Option(..., "--output", "-o", help="New directory for the merged model."),
     skip_sha_check: bool = typer.Option(False, "--skip-sha-check", help="Merge even if the base weights changed."),
 ) -> int:
-    """Merge the adapter into full-precision base weights: a plain Hugging Face model directory."""
+    """Merge the adapter into full-precision base weights (a full fine-tune: export its weights) as a plain
+    Hugging Face model directory with serving hand-off files."""
     from mens.merge.merge import merge_adapter
 
     out = merge_adapter(run, output, check_sha=not skip_sha_check)

@@ -295,7 +295,8 @@ def parity(ctx: Context) -> str:
     doc = {"schema": "mens_merge_parity_v1", "decoding": "greedy", "merged_vs_adapter": merge_cmp,
            "served_vs_merged": served_cmp}
     (ctx.run / "merge_parity.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    return (f"merged = adapter on {merge_cmp['same_result']}/{merge_cmp['tasks']} task results "
+    trained = "adapter" if (ctx.run / "adapter_model.safetensors").is_file() else "trained weights"
+    return (f"merged = {trained} on {merge_cmp['same_result']}/{merge_cmp['tasks']} task results "
             f"({merge_cmp['same_text']} identical answers); served = merged on {served_cmp['same_result']}/"
             f"{served_cmp['tasks']} ({served_cmp['same_text']} identical)")
 

@@ -26,15 +26,15 @@ def ollama_modelfile(chat_template: str | None, system_prompt: str | None, stops
     return "\n".join(lines) + "\n"
 
 
-def write_handoff(out: Path, *, name: str, base_model: str, run_dir: Path, lora_rank: int | None,
+def write_handoff(out: Path, *, name: str, base_model: str, run_dir: Path | None, lora_rank: int | None,
                   modelfile: bool, stops: list[str]) -> Path:
-    """Ready commands for vLLM (merged dir; base + LoRA) and Ollama, next to the merged model."""
-    commands = {
-        "vllm_merged": f"vllm serve {out} --served-model-name {name}",
-        "vllm_base_plus_lora": (f"vllm serve {base_model} --enable-lora --lora-modules {name}={run_dir}"
-                                + (f" --max-lora-rank {lora_rank}" if lora_rank else "")),
-        "transformers": f"AutoModelForCausalLM.from_pretrained({str(out)!r})",
-    }
+    """Ready commands for vLLM (merged dir; base + LoRA when the run has an adapter) and Ollama, next to the
+    merged model. `run_dir` None: a full fine-tune, nothing to serve beside the merged directory."""
+    commands = {"vllm_merged": f"vllm serve {out} --served-model-name {name}"}
+    if run_dir is not None:
+        commands["vllm_base_plus_lora"] = (f"vllm serve {base_model} --enable-lora --lora-modules {name}={run_dir}"
+                                           + (f" --max-lora-rank {lora_rank}" if lora_rank else ""))
+    commands["transformers"] = f"AutoModelForCausalLM.from_pretrained({str(out)!r})"
     if modelfile:
         commands["ollama"] = f"cd {out} && ollama create {name} -f Modelfile && ollama run {name}"
     doc = {
@@ -43,7 +43,7 @@ def write_handoff(out: Path, *, name: str, base_model: str, run_dir: Path, lora_
         "backend_family": "vllm",
         "base_model": base_model,
         "artifact_dir": str(out),
-        "adapter_path": str(run_dir),
+        "adapter_path": None if run_dir is None else str(run_dir),
         "tokenizer_source": str(out / "tokenizer.json"),
         "prompt_format": "chatml_im_start" if modelfile else "tokenizer_chat_template",
         "stop": stops,

@@ -2,7 +2,8 @@
 
 A QLoRA run trained against NF4-quantized base weights, so the base is loaded in 4-bit the same way
 and dequantized before merging: the merged weights are then exactly what training saw (W_nf4 + BA),
-not the original W + BA. The result is a plain Hugging Face directory that loads without mens.
+not the original W + BA. A full fine-tuning run has no adapter: its weights are exported as they are, with
+the same serving files. The result is a plain Hugging Face directory that loads without mens.
 """
 
 from __future__ import annotations
@@ -21,39 +22,27 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
 def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool = True) -> Path:
-    """Merge RUN's adapter into its base and write OUT as a Hugging Face model directory."""
+    """Merge RUN's adapter into its base (or export a full fine-tune) and write OUT as a Hugging Face model dir."""
     import torch
-    from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from mens.model.generate import stop_token_ids
 
     run, out = Path(run_dir), Path(out_dir)
+    full = _is_full_run(run)
     missing = [f for f in ADAPTER_FILES if not (run / f).is_file()]
-    if missing:
-        raise ModelError(f"{run}: no adapter to merge (missing {', '.join(missing)}); full fine-tuning runs "
-                         "already hold plain Hugging Face weights")
+    if missing and not full:
+        raise ModelError(f"{run}: no adapter to merge (missing {', '.join(missing)}) and no full fine-tuned "
+                         "weights (model*.safetensors with backend 'full' in training_manifest.json); pass a run "
+                         "directory written by `mens train`")
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"target {out} exists and is not empty; choose another -o or remove it first")
-    base_dir, manifest = resolve_base(run)
-    want_sha = manifest.get("base_weights_sha256")
-    if check_sha and want_sha:
-        got = weights_sha256(base_dir)
-        if got != want_sha:
-            raise ModelError(f"base weights in {base_dir} have sha256 {got[:12]}…, but the run was trained on "
-                             f"{want_sha[:12]}…; merge against the exact base the run used")
-    qlora = manifest.get("backend") == "qlora"
-    kwargs: dict = {"dtype": torch.float32}
-    if qlora:
-        kwargs["quantization_config"] = nf4_config("cpu")  # as the run loaded it; f32 compute on CPU
-        kwargs["device_map"] = "cpu"
-    base = AutoModelForCausalLM.from_pretrained(base_dir, **kwargs)
-    if qlora:
-        # NF4 -> float: the weights the adapter was trained against. Must happen before any forward pass:
-        # bitsandbytes repacks 4-bit weights for its CPU kernel on first use, after which dequantize is wrong.
-        base = base.dequantize()
-        base.to(torch.float32)
-    model = PeftModel.from_pretrained(base, run).merge_and_unload()
+    if full:  # the run's own weights are the model: exported as they are, with the same serving files
+        manifest = json.loads((run / "training_manifest.json").read_text(encoding="utf-8"))
+        base_dir, model = run, AutoModelForCausalLM.from_pretrained(run, dtype=torch.float32)
+    else:
+        base_dir, manifest = resolve_base(run)
+        model = _merged_adapter_model(run, base_dir, manifest, check_sha)
     tokenizer = AutoTokenizer.from_pretrained(run if (run / "tokenizer_config.json").is_file() else base_dir)
 
     tmp = out.with_name(out.name + ".tmp-merge")
@@ -78,7 +67,44 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     if out.exists():
         out.rmdir()  # empty: checked above
     tmp.replace(out)
-    rank = json.loads((run / "adapter_config.json").read_text(encoding="utf-8")).get("r")
-    write_handoff(out, name=run.name, base_model=str(base_dir), run_dir=run, lora_rank=rank,
-                  modelfile=modelfile is not None, stops=stop_strings)
+    rank = None if full else json.loads((run / "adapter_config.json").read_text(encoding="utf-8")).get("r")
+    write_handoff(out, name=run.name, base_model=str(manifest.get("base_model") or run) if full else str(base_dir),
+                  run_dir=None if full else run, lora_rank=rank, modelfile=modelfile is not None, stops=stop_strings)
     return out
+
+
+def _is_full_run(run: Path) -> bool:
+    """A full fine-tuning run directory: backend "full" in its manifest and its own weights beside it."""
+    manifest = run / "training_manifest.json"
+    if not manifest.is_file() or not any(run.glob("model*.safetensors")):
+        return False
+    try:
+        return json.loads(manifest.read_text(encoding="utf-8")).get("backend") == "full"
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
+def _merged_adapter_model(run: Path, base_dir: Path, manifest: dict, check_sha: bool):
+    """The base (dequantized NF4 for QLoRA runs) with the run's adapter folded in, in float32."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    want_sha = manifest.get("base_weights_sha256")
+    if check_sha and want_sha:
+        got = weights_sha256(base_dir)
+        if got != want_sha:
+            raise ModelError(f"base weights in {base_dir} have sha256 {got[:12]}…, but the run was trained on "
+                             f"{want_sha[:12]}…; merge against the exact base the run used")
+    qlora = manifest.get("backend") == "qlora"
+    kwargs: dict = {"dtype": torch.float32}
+    if qlora:
+        kwargs["quantization_config"] = nf4_config("cpu")  # as the run loaded it; f32 compute on CPU
+        kwargs["device_map"] = "cpu"
+    base = AutoModelForCausalLM.from_pretrained(base_dir, **kwargs)
+    if qlora:
+        # NF4 -> float: the weights the adapter was trained against. Must happen before any forward pass:
+        # bitsandbytes repacks 4-bit weights for its CPU kernel on first use, after which dequantize is wrong.
+        base = base.dequantize()
+        base.to(torch.float32)
+    return PeftModel.from_pretrained(base, run).merge_and_unload()

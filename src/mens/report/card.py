@@ -131,8 +131,9 @@ def _parity_section(run: Path) -> list[str]:
         return []
     doc = json.loads(path.read_text(encoding="utf-8"))
     m, s = doc.get("merged_vs_adapter", {}), doc.get("served_vs_merged", {})
+    trained = "the adapter" if (run / "adapter_model.safetensors").is_file() else "the trained weights"
     lines = ["## After the merge", "",
-             f"The merged model gives the same task result as the adapter on {m.get('same_result')} of "
+             f"The merged model gives the same task result as {trained} on {m.get('same_result')} of "
              f"{m.get('tasks')} held-out tasks ({m.get('same_text')} answers identical; greedy, same prompts); "
              f"`mens serve` on the merged model gives the same result on {s.get('same_result')} of {s.get('tasks')} "
              f"({s.get('same_text')} identical)."]

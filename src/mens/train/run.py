@@ -287,8 +287,8 @@ def run_training(cfg: TrainConfig) -> dict:
     warmup = effective_warmup(cfg.warmup_steps, inp.plan.total_steps)
     scheduler = make_scheduler(optimizer, warmup=warmup, total=inp.plan.total_steps)
     amp = autocast_dtype(cfg.autocast, device, cfg.backend)
-    pf.ok("matmul precision", f"{amp or 'f32'} (autocast: {cfg.autocast}"
-          + ("; this CPU has no native bf16, so f32)" if cfg.autocast == "bf16" and amp is None else ")"))
+    emulated = "; this CPU has no native bf16, so f32" if cfg.autocast == "bf16" and amp is None else ""
+    pf.ok("matmul precision", f"{amp or 'f32'} (autocast: {cfg.autocast}{emulated})")
     autocast = _autocast(amp, device)
     pad_id = inp.tokenizer.pad_token_id if inp.tokenizer.pad_token_id is not None else 0
     loss0 = numeric_checks(cfg, inp, model, device, autocast, pad_id, pf)
