@@ -277,6 +277,7 @@ def parity(ctx: Context) -> str:
     from mens.dogfood.parity import compare_results, compare_served, served_answers
     from mens.evaluate.local import eval_local
     from mens.lang import get_language
+    from mens.model.lora import has_adapter
 
     tuned = json.loads((ctx.run / "benchmark_results.json").read_text(encoding="utf-8"))
     adapter = tuned["results"] if tuned.get("main_mode") == "greedy" else tuned.get("results_by_mode", {}).get("greedy")
@@ -295,7 +296,7 @@ def parity(ctx: Context) -> str:
     doc = {"schema": "mens_merge_parity_v1", "decoding": "greedy", "merged_vs_adapter": merge_cmp,
            "served_vs_merged": served_cmp}
     (ctx.run / "merge_parity.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    trained = "adapter" if (ctx.run / "adapter_model.safetensors").is_file() else "trained weights"
+    trained = "adapter" if has_adapter(ctx.run) else "trained weights"
     return (f"merged = {trained} on {merge_cmp['same_result']}/{merge_cmp['tasks']} task results "
             f"({merge_cmp['same_text']} identical answers); served = merged on {served_cmp['same_result']}/"
             f"{served_cmp['tasks']} ({served_cmp['same_text']} identical)")

@@ -16,9 +16,8 @@ from mens.errors import ModelError, UsageError
 from mens.merge.handoff import ollama_modelfile, write_handoff
 from mens.model.inference import SYSTEM_PROMPT_FILE, resolve_base
 from mens.model.load import weights_sha256
+from mens.model.lora import ADAPTER_FILES
 from mens.model.quant import nf4_config
-
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
 def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool = True) -> Path:
@@ -29,7 +28,8 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     from mens.model.generate import stop_token_ids
 
     run, out = Path(run_dir), Path(out_dir)
-    full = _is_full_run(run)
+    full_manifest = _full_run_manifest(run)
+    full = full_manifest is not None
     missing = [f for f in ADAPTER_FILES if not (run / f).is_file()]
     if missing and not full:
         raise ModelError(f"{run}: no adapter to merge (missing {', '.join(missing)}) and no full fine-tuned "
@@ -38,8 +38,8 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"target {out} exists and is not empty; choose another -o or remove it first")
     if full:  # the run's own weights are the model: exported as they are, with the same serving files
-        manifest = json.loads((run / "training_manifest.json").read_text(encoding="utf-8"))
-        base_dir, model = run, AutoModelForCausalLM.from_pretrained(run, dtype=torch.float32)
+        manifest, base_dir = full_manifest, run
+        model = AutoModelForCausalLM.from_pretrained(run, dtype=torch.float32)
     else:
         base_dir, manifest = resolve_base(run)
         model = _merged_adapter_model(run, base_dir, manifest, check_sha)
@@ -73,15 +73,16 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     return out
 
 
-def _is_full_run(run: Path) -> bool:
-    """A full fine-tuning run directory: backend "full" in its manifest and its own weights beside it."""
-    manifest = run / "training_manifest.json"
-    if not manifest.is_file() or not any(run.glob("model*.safetensors")):
-        return False
+def _full_run_manifest(run: Path) -> dict | None:
+    """The manifest of a full fine-tuning run (backend "full", its own weights beside it), else None."""
+    path = run / "training_manifest.json"
+    if not path.is_file() or not any(run.glob("model*.safetensors")):
+        return None
     try:
-        return json.loads(manifest.read_text(encoding="utf-8")).get("backend") == "full"
-    except (json.JSONDecodeError, AttributeError):
-        return False
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None
+    return manifest if isinstance(manifest, dict) and manifest.get("backend") == "full" else None
 
 
 def _merged_adapter_model(run: Path, base_dir: Path, manifest: dict, check_sha: bool):

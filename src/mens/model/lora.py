@@ -11,6 +11,11 @@ from mens.model.targets import find_targets
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
+def has_adapter(run_dir: Path) -> bool:
+    """Whether a run directory holds a PEFT adapter (LoRA/QLoRA) rather than full fine-tuned weights."""
+    return all((Path(run_dir) / f).is_file() for f in ADAPTER_FILES)
+
+
 def num_layers(config) -> int | None:
     """Decoder layers of a transformers config (Llama/Qwen/Mistral: num_hidden_layers; GPT-2: n_layer)."""
     n = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)

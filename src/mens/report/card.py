@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from mens.model.lora import has_adapter
 from mens.report.runfiles import RunFiles, read_run
 
 
@@ -131,7 +132,7 @@ def _parity_section(run: Path) -> list[str]:
         return []
     doc = json.loads(path.read_text(encoding="utf-8"))
     m, s = doc.get("merged_vs_adapter", {}), doc.get("served_vs_merged", {})
-    trained = "the adapter" if (run / "adapter_model.safetensors").is_file() else "the trained weights"
+    trained = "the adapter" if has_adapter(run) else "the trained weights"
     lines = ["## After the merge", "",
              f"The merged model gives the same task result as {trained} on {m.get('same_result')} of "
              f"{m.get('tasks')} held-out tasks ({m.get('same_text')} answers identical; greedy, same prompts); "
