@@ -40,9 +40,12 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     if full:  # the run's own weights are the model: exported as they are, with the same serving files
         manifest, base_dir = full_manifest, run
         model = AutoModelForCausalLM.from_pretrained(run, dtype=torch.float32)
+        base_model, adapter_dir, rank = str(manifest.get("base_model") or run), None, None
     else:
         base_dir, manifest = resolve_base(run)
         model = _merged_adapter_model(run, base_dir, manifest, check_sha)
+        base_model, adapter_dir = str(base_dir), run
+        rank = json.loads((run / "adapter_config.json").read_text(encoding="utf-8")).get("r")
     tokenizer = AutoTokenizer.from_pretrained(run if (run / "tokenizer_config.json").is_file() else base_dir)
 
     tmp = out.with_name(out.name + ".tmp-merge")
@@ -67,9 +70,8 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     if out.exists():
         out.rmdir()  # empty: checked above
     tmp.replace(out)
-    rank = None if full else json.loads((run / "adapter_config.json").read_text(encoding="utf-8")).get("r")
-    write_handoff(out, name=run.name, base_model=str(manifest.get("base_model") or run) if full else str(base_dir),
-                  run_dir=None if full else run, lora_rank=rank, modelfile=modelfile is not None, stops=stop_strings)
+    write_handoff(out, name=run.name, base_model=base_model, run_dir=adapter_dir, lora_rank=rank,
+                  modelfile=modelfile is not None, stops=stop_strings)
     return out
 
 
