@@ -30,6 +30,8 @@ def test_header_signature_reads_params_and_return_type():
     code = "fn add(a: int, b: map[str, int] = {}) to Result[int, str] {\n return a\n}\n"
     assert header_signature(code, "add") == (["a: int", "b: map[str, int]"], "Result[int, str]")
     assert header_signature(code, "missing") is None
+    # An extern fn's module path follows its return type; it is not part of it.
+    assert header_signature('extern fn now() to int = "./clock"\n', "now") == ([], "int")
 
 
 def test_check_output_passes_only_when_everything_asked_is_there():

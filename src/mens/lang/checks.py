@@ -95,8 +95,9 @@ def header_signature(code: str, name: str) -> tuple[list[str], str | None] | Non
         depth += {"(": 1, ")": -1}.get(code[i], 0)
         i += 1
     params = [p.split("=", 1)[0].strip() for p in _split_top_level(code[start : i - 1])]
-    # `fn f(x: int) uses net to bool {`: the effect clause comes before the return type.
-    ret = re.match(r"\s*(?:uses\b[^{\n]*?)?(?:\bto\b|->)\s*([^{\n]+?)\s*(?:\{|$)", code[i:], re.M)
+    # `fn f(x: int) uses net to bool {`: the effect clause comes before the return type;
+    # `extern fn f() to int = "./mod"`: the module path comes after it.
+    ret = re.match(r"\s*(?:uses\b[^{\n]*?)?(?:\bto\b|->)\s*([^{=\n]+?)\s*(?:\{|=|$)", code[i:], re.M)
     return params, (ret.group(1).strip() if ret else None)
 
 
