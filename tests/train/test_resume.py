@@ -1,5 +1,5 @@
 """Exact resume: a CLI run SIGKILLed after its step-5 checkpoint and resumed ends with the same adapter as an
-uninterrupted run (dropout on, so the RNG state must be restored too)."""
+uninterrupted run (dropout and NEFTune noise on, so the RNG state must be restored too)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from mens.train.run import run_training
 from mens.train.telemetry import read_events
 
 FLAGS = dict(max_steps=10, batch_size=2, grad_accum=2, save_every=5, eval_every=4, lora_dropout=0.1,
-             learning_rate=1e-2, warmup_steps=20)
+             neftune_alpha=5.0, learning_rate=1e-2, warmup_steps=20)
 
 
 def _cli(data_dir, out, model_dir, *extra):
     return [sys.executable, "-m", "mens", "train", "--data-dir", str(data_dir), "--output-dir", str(out),
             "--model", str(model_dir), "--backend", "lora", "--device", "cpu", "--max-steps", "10",
             "--batch-size", "2", "--grad-accum", "2", "--save-every", "5", "--eval-every", "4",
-            "--lora-dropout", "0.1", "--lr", "1e-2", "--seq-len", "96", "--rank", "4", "--alpha", "8",
-            "--val-fraction", "0.1", "--min-examples", "10", "--threads", "1", "--seed", "42",
+            "--lora-dropout", "0.1", "--neftune-alpha", "5", "--lr", "1e-2", "--seq-len", "96", "--rank", "4",
+            "--alpha", "8", "--val-fraction", "0.1", "--min-examples", "10", "--threads", "1", "--seed", "42",
             "--system-prompt", "You write Vox.", "--preset", "cpu", "--autocast", "off", *extra]
 
 

@@ -44,6 +44,8 @@ def train(
     log_dir: Path = typer.Option(None, "--log-dir", help="Log directory; implies --background (default OUT/logs)."),
     seed: int = typer.Option(None, "--seed", help="Random seed."),
     lora_dropout: float = typer.Option(None, "--lora-dropout", help="LoRA dropout."),
+    neftune_alpha: float = typer.Option(None, "--neftune-alpha", help="NEFTune embedding noise while training "
+                                        "(0 = off; the paper used 5-15)."),
     lora_layers: int = typer.Option(None, "--lora-layers", help="Adapt only the top N decoder layers (0 = all)."),
     min_examples: int = typer.Option(None, "--min-examples", help="Fewest usable examples accepted."),
     strict_targets: bool = typer.Option(None, "--strict-targets/--no-strict-targets",
@@ -66,7 +68,7 @@ def train(
              "batch_size": batch_size, "grad_accum": grad_accum, "learning_rate": lr, "r": rank, "lora_alpha": alpha,
              "ce_last_k": ce_last_k, "pack": pack, "val_fraction": val_fraction, "eval_every": eval_every,
              "save_every": save_every, "resume": resume or None, "seed": seed, "lora_dropout": lora_dropout,
-             "lora_layers": lora_layers,
+             "lora_layers": lora_layers, "neftune_alpha": neftune_alpha,
              "min_examples": min_examples, "strict_targets": strict_targets, "num_threads": threads,
              "autocast": autocast, "fsdp": fsdp,
              "system_prompt": system_prompt, "gradient_checkpointing": gradient_checkpointing,

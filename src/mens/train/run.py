@@ -182,6 +182,18 @@ def _init_adapter(model, adapter_dir: Path) -> str:
     return f"{len(saved)} tensors from {path}"
 
 
+def add_embedding_noise(model, alpha: float, pf: Preflight) -> None:
+    """NEFTune through transformers' own forward hook: noise on the input embeddings in training mode only, so
+    validation loss, the saved weights and everything after training see the plain model. The noise draws from the
+    dropout stream, which checkpoints save, so a resumed run draws the same noise."""
+    from transformers.integrations.neftune import neftune_post_forward_hook
+
+    emb = model.get_input_embeddings()
+    emb.neftune_noise_alpha = alpha
+    emb.register_forward_hook(neftune_post_forward_hook)
+    pf.ok("embedding noise", f"NEFTune alpha {alpha:g} on {type(emb).__name__} (training steps only)")
+
+
 def numeric_checks(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, pad_id: int, pf: Preflight) -> float:
     """Finite loss on the first row before any update; packed examples provably isolated."""
     import math
@@ -292,6 +304,8 @@ def run_training(cfg: TrainConfig) -> dict:
     autocast = _autocast(amp, device)
     pad_id = inp.tokenizer.pad_token_id if inp.tokenizer.pad_token_id is not None else 0
     loss0 = numeric_checks(cfg, inp, model, device, autocast, pad_id, pf)
+    if cfg.neftune_alpha:  # after the numeric checks: the packing-leak check compares two noiseless passes
+        add_embedding_noise(model, cfg.neftune_alpha, pf)
     start_step, resumed_from = _resume(cfg, run, inp, model, optimizer, scheduler, d.rank)
     if resumed_from is None:
         torch.manual_seed(cfg.seed + 1)  # the dropout stream; a resumed run continues the checkpoint's RNG
