@@ -10,7 +10,7 @@ import pytest
 from mens.errors import ConfigError, DataError, GateFailed
 from mens.evaluate.bench import load_bench
 from mens.evaluate.gates import check_gates, load_gate_thresholds
-from mens.evaluate.passk import pass_at_k
+from mens.evaluate.passk import pass_at_k, wilson_interval
 from mens.lang import get_language
 from mens.lang.checks import Expect, check_output, header_signature
 from mens.lang.extract import extract_code
@@ -61,6 +61,14 @@ def test_pass_at_k_matches_closed_form():
     assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
     with pytest.raises(ValueError):
         pass_at_k(2, 1, 3)
+
+
+def test_wilson_interval():
+    lo, hi = wilson_interval(55, 60)
+    assert (round(lo, 3), round(hi, 3)) == (0.819, 0.964)
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] <= 1.0
+    with pytest.raises(ValueError):
+        wilson_interval(11, 10)
 
 
 def test_default_bench_is_valid_and_large_enough():

@@ -78,3 +78,15 @@ def test_report_on_an_untrained_dir_says_what_is_missing(tmp_path):
     html = write_report(tmp_path)
     assert "No benchmark results yet" in html.read_text()
     assert "Not evaluated yet" in build_card(tmp_path)
+
+
+def test_card_gives_the_headline_rates_an_interval(run_dir):
+    bench = json.loads((run_dir / "benchmark_results.json").read_text())
+    bench["metrics"].update(tasks=60, samples=60, nonempty_parse_rate=0.9167, pass_at_1=0.8333)
+    (run_dir / "benchmark_results.json").write_text(json.dumps(bench))
+    text = build_card(run_dir)
+    assert "non-empty parse 55 of 60, 0.82-0.96; task pass@1 50 of 60, 0.72-0.91" in text
+    bench["metrics"]["samples"] = 120  # k = 2: pass@1 is a mean over samples, not a count of tasks
+    (run_dir / "benchmark_results.json").write_text(json.dumps(bench))
+    assert "95% intervals" not in build_card(run_dir)
+

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from mens.evaluate.passk import wilson_interval
 from mens.model.lora import has_adapter
 from mens.report.runfiles import RunFiles, read_run
 
@@ -69,11 +70,32 @@ def _results_section(files: RunFiles) -> list[str]:
     for name, m in rows:
         lines.append(f"| {name} | {_fmt(m.get('nonempty_parse_rate'))} | {_fmt(m.get('pass_at_1'))} | "
                      f"{_fmt(m.get('pass_at_k'))} | {_fmt(m.get('coverage'))} |")
+    lines += _intervals(rows)
     fails = bench["metrics"].get("failures_by_category") or {}
     if fails:
         lines += ["", "Remaining failures (first reason per failing sample): "
                   + ", ".join(f"{k} {v}" for k, v in fails.items()) + "."]
     return [*lines, ""]
+
+
+def _intervals(rows: list[tuple[str, dict]]) -> list[str]:
+    """95% intervals of the tuned greedy row's rates, where each is a count of tasks (one answer per task)."""
+    name, m = next(((n, m) for n, m in rows if n.startswith("tuned")), (None, {}))
+    tasks = m.get("tasks")
+    if not isinstance(tasks, int) or tasks <= 0 or m.get("samples", tasks) != tasks:
+        return []
+    parts = []
+    for key, label in (("nonempty_parse_rate", "non-empty parse"), ("pass_at_1", "task pass@1")):
+        rate = m.get(key)
+        if not isinstance(rate, (int, float)) or abs(rate * tasks - round(rate * tasks)) > 0.01:
+            continue
+        hits = round(rate * tasks)
+        lo, hi = wilson_interval(hits, tasks)
+        parts.append(f"{label} {hits} of {tasks}, {lo:.2f}-{hi:.2f}")
+    if not parts:
+        return []
+    return ["", f"95% intervals of the {name} rates (Wilson): {'; '.join(parts)}. Two runs whose rates fall inside "
+            "each other's intervals are not shown apart by this bench."]
 
 
 def _gates_section(run: Path) -> list[str]:
