@@ -54,8 +54,9 @@ def eval_local(
 
     report = json.loads(out.read_text(encoding="utf-8"))
     for mode, m in report["modes"].items():
-        typer.echo(f"{mode:12s} non-empty parse rate {m['nonempty_parse_rate']:.3f}  pass@1 {m['pass_at_1']:.3f}  "
-                   f"pass@{k} {m['pass_at_k']:.3f}  coverage {m['coverage']:.3f}")
+        at_k = f"  pass@{k} {m['pass_at_k']:.3f}" if k > 1 else ""
+        typer.echo(f"{mode:12s} non-empty parse rate {m['nonempty_parse_rate']:.3f}  pass@1 {m['pass_at_1']:.3f}"
+                   f"{at_k}  coverage {m['coverage']:.3f}  ({m['tasks']} tasks)")
     if "base" in report:
         b = report["base"]["metrics"]
         typer.echo(f"{'base':12s} non-empty parse rate {b['nonempty_parse_rate']:.3f}  pass@1 {b['pass_at_1']:.3f}")
