@@ -51,6 +51,8 @@ def train_and_eval(data: Path, bench: Path, out: Path, seed: int, flags: list[st
 
 
 def run_record(run: Path, reference: dict | None, bench_sha: str) -> dict:
+    from mens.train.config import TrainConfig
+
     manifest = json.loads((run / "training_manifest.json").read_text(encoding="utf-8"))
     summary = json.loads((run / "run_summary.json").read_text(encoding="utf-8"))
     bench = json.loads((run / "benchmark_results.json").read_text(encoding="utf-8"))
@@ -60,8 +62,6 @@ def run_record(run: Path, reference: dict | None, bench_sha: str) -> dict:
                  "here must be judged on the same tasks")
     greedy = (bench.get("modes") or {}).get("greedy") or bench["metrics"]
     tasks = greedy["tasks"]
-    from mens.train.config import TrainConfig
-
     cfg = manifest["config"]
     # A key an older run's manifest lacks had its default then (a field added later defaults to the old behaviour).
     ref = {f.name: f.default for f in fields(TrainConfig)} | (reference or cfg)
