@@ -29,7 +29,7 @@ def test_from_runs_summarizes_and_pairs(tmp_path):
     bench = tmp_path / "heldout.jsonl"
     bench.write_text('{"id": "a"}\n')
     a0 = _run(tmp_path, "a0", bench, seed=0, passed="ab", parsed="abc")
-    a1 = _run(tmp_path, "a1", bench, seed=1, passed="a", parsed="abcd")
+    a1 = _run(tmp_path, "a1", bench, seed=1, passed="a", parsed="abcd", neftune_alpha=0.0)  # a newer manifest
     b0 = _run(tmp_path, "b0", bench, seed=0, passed="abc", parsed="abcd", neftune_alpha=5.0)
     b1 = _run(tmp_path, "b1", bench, seed=1, data="d2", passed="abc", parsed="abcd", neftune_alpha=5.0)
     out = tmp_path / "result.json"
@@ -41,7 +41,8 @@ def test_from_runs_summarizes_and_pairs(tmp_path):
     assert plain["nonempty_parse_rate"] == {"mean": 0.875, "min": 0.75, "max": 1.0}
     assert plain["failed_in_every_run"] == ["c", "d"] and plain["runs"][0]["unparsed"] == ["d"]
     assert noise["note"] == "NEFTune" and noise["runs"][0]["config_changes"] == {"neftune_alpha": 5.0}
-    assert plain["runs"][0]["config_changes"] == {}  # a field its manifest lacks counts as its default
+    # the first run's manifest predates neftune_alpha: a later run with its default value changes nothing
+    assert plain["runs"][1]["config_changes"] == {}
     # seed 1 of `noise` trained on other data, so only seed 0 is a paired comparison
     assert noise["paired_gain_over_plain"] == [{"seed": 0, "nonempty_parse": 1, "task_pass": 1}]
 
