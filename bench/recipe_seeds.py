@@ -17,7 +17,6 @@ Run:  python bench/recipe_seeds.py --data D --bench B --seeds 0,1,2 --recipe def
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -28,13 +27,10 @@ from dataclasses import fields
 from pathlib import Path
 
 from dogfood import REPO, machine
+from mens.train.data import file_sha256 as sha256
 
 IGNORED = {"output_dir", "data", "seed", "extra", "resume"}
 """Config keys that differ between runs without changing the recipe."""
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def train_and_eval(data: Path, bench: Path, out: Path, seed: int, flags: list[str]) -> Path:
@@ -73,7 +69,7 @@ def run_record(run: Path, reference: dict | None, bench_sha: str) -> dict:
         "task_pass": round(greedy["pass_at_1"] * tasks), "nonempty_parse_rate": greedy["nonempty_parse_rate"],
         "pass_at_1": greedy["pass_at_1"], "train_time_s": summary.get("train_time_s"),
         "failed": sorted(r["id"] for r in bench["results"] if not all(s["pass"] for s in r["samples"])),
-        "unparsed": sorted(r["id"] for r in bench["results"] if not all(s["parse_ok"] for s in r["samples"])),
+        "unparsed": sorted(r["id"] for r in bench["results"] if not all(s["has_code"] for s in r["samples"])),
     }
 
 
@@ -125,20 +121,20 @@ def main() -> None:
                         for seed in args.seeds.split(",")]
     notes = dict(n.partition("=")[::2] for n in args.note)
 
-    reference, recipes = None, {}
+    reference, recipes, bench_sha = None, {}, sha256(args.bench)
     for name, dirs in groups.items():
         runs = []
         for d in dirs:
             if reference is None:
                 reference = json.loads((d / "training_manifest.json").read_text(encoding="utf-8"))["config"]
-            runs.append(run_record(d, reference, sha256(args.bench)))
+            runs.append(run_record(d, reference, bench_sha))
         recipes[name] = {"note": notes.get(name), **recipe_summary(runs), "runs": runs}
     first = next(iter(recipes))
     for name, rec in recipes.items():
         if name != first:
             rec["paired_gain_over_" + first] = paired(recipes[first]["runs"], rec["runs"])
     result = {"bench": "recipe_seeds", **machine(), "heldout_bench": str(args.bench),
-              "heldout_bench_sha256": sha256(args.bench), "decoding": "greedy", "recipes": recipes}
+              "heldout_bench_sha256": bench_sha, "decoding": "greedy", "recipes": recipes}
     dest = args.output or REPO / "bench" / "results" / f"recipe_seeds-{socket.gethostname()}.json"
     dest.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     for name, rec in recipes.items():

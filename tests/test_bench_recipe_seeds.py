@@ -18,7 +18,7 @@ def _run(root, name, bench, *, seed, data="d1", passed=(), parsed=(), **config):
         "config": {"seed": seed, "learning_rate": 8e-4, "output_dir": str(run), **config},
         "data_sha256": data, "examples": {"train": 100}}))
     (run / "run_summary.json").write_text(json.dumps({"train_time_s": 12.5}))
-    results = [{"id": i, "samples": [{"pass": i in passed, "parse_ok": i in parsed}]} for i in ids]
+    results = [{"id": i, "samples": [{"pass": i in passed, "has_code": i in parsed}]} for i in ids]
     greedy = {"tasks": 4, "nonempty_parse_rate": len(parsed) / 4, "pass_at_1": len(passed) / 4}
     (run / "benchmark_results.json").write_text(json.dumps({"bench": str(bench), "modes": {"greedy": greedy},
                                                             "metrics": greedy, "results": results}))
