@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mens.dogfood.heldout import decontaminate, dev_pairs, heldout_tasks
 from mens.evaluate.bench import load_bench
 from mens.lang import get_language
 from mens.lang.checks import check_output
@@ -42,8 +43,8 @@ def test_reference_answer_passes(task_id):
 
 def test_bench_shape():
     tasks = list(TASKS.values())
-    assert len(tasks) >= 110
-    assert sum(t.split == "heldout" for t in tasks) >= 50
+    assert len(tasks) >= 170
+    assert sum(t.split == "heldout" for t in tasks) >= 60
     assert {t.split for t in tasks} <= {"heldout", "dev"}
     assert len({t.category for t in tasks}) >= 12
     # Every task pins at least one declaration kind: "anything that parses" never passes.
@@ -53,6 +54,17 @@ def test_bench_shape():
                     if w in t.prompt.lower())
     assert all(words[w] for w in ("action", "page", "handler", "model", "schema", "route", "loader")), words
 
+
+
+def test_dev_split_trains_without_touching_the_heldout_split():
+    # The dev split is training data in `mens dogfood`: none of its tasks may copy a held-out answer (normalized
+    # code hash) or come near a held-out prompt (word 3-gram Jaccard), or the decontamination would silently drop it.
+    tasks, refs = heldout_tasks(None, "heldout")
+    dev = dev_pairs(None, "vox")
+    kept, report = decontaminate(dev, tasks, refs)
+    assert len(dev) == sum(t.split == "dev" for t in TASKS.values())
+    assert report.dropped == [] and len(kept) == len(dev)
+    assert report.max_prompt_similarity < 0.3
 
 # (task id, a plausible but wrong answer, the failure category it must produce)
 NEAR_MISSES = [
