@@ -7,8 +7,11 @@ import json
 import pytest
 from tests.conftest import build_tiny_tokenizer
 
+from mens.corpus.normalize import code_in_response
 from mens.dogfood import DogfoodConfig, run_dogfood
+from mens.dogfood.heldout import code_hash
 from mens.errors import GateFailed, UsageError
+from mens.evaluate.bench import load_references
 
 STAGES = ["extract", "validate", "pairs", "generate", "mix", "heldout", "eval-base", "train", "eval-tuned", "gate",
           "merge", "parity", "card"]
@@ -44,8 +47,12 @@ def _cfg(out, base, **kw) -> DogfoodConfig:
 def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     gates = tmp_path / "gates.yaml"
     gates.write_text("min_parse_rate: 0.0\n")
+    # A user's checkout holding a held-out task's reference answer: the split must drop every pair made from it.
+    leak = tmp_path / "checkout"
+    leak.mkdir()
+    (leak / "count.vox").write_text(load_references()["fn-count-positive"])
     logs: list[str] = []
-    summary = run_dogfood(_cfg(tmp_path / "df", tiny_base, gates=gates), log=logs.append)
+    summary = run_dogfood(_cfg(tmp_path / "df", tiny_base, gates=gates, corpus=[leak]), log=logs.append)
     out = tmp_path / "df"
     state = json.loads((out / "dogfood_state.json").read_text())
     assert [k for k, v in state["stages"].items() if v["status"] == "done"] == STAGES
@@ -60,7 +67,11 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
         assert (out / rel).is_file(), rel
     # the held-out split really is held out: no training row has a held-out answer's code
     split = json.loads((out / "data/heldout_split.json").read_text())
-    assert any(d["task"] == "fn-add" for d in split["dropped_rows"])  # the embedded add_numbers.vox collides
+    assert split["kept"] + split["dropped"] == split["rows_in"]
+    assert any(d["task"] == "fn-count-positive" for d in split["dropped_rows"])
+    held = {code_hash(a) for a in load_references(out / "bench/heldout.jsonl").values()}
+    train = [json.loads(line) for line in (out / "data/train.jsonl").read_text().splitlines()]
+    assert len(train) == split["kept"] and not held & {code_hash(code_in_response(r["response"], ("vox",))) for r in train}
     bench = json.loads((out / "run/benchmark_results.json").read_text())
     assert set(bench["modes"]) == {"greedy", "constrained"} and bench["base"]["metrics"]["tasks"] == 2
     assert bench["metrics"]["gain_over_base"] == pytest.approx(

@@ -7,6 +7,9 @@ import json
 from mens.dogfood.heldout import PROMPT_NEAR_DUP, code_hash, decontaminate, heldout_tasks, split_training_data
 from mens.evaluate.bench import load_bench, load_references
 
+HELD = "fn-count-positive"
+"""A task of the held-out split."""
+
 
 def test_code_hash_ignores_comments_and_layout():
     a = "fn add(a: int, b: int) to int {\n    return a + b\n}\n"
@@ -23,19 +26,19 @@ def test_every_default_task_has_a_reference_answer():
 
 def test_decontaminate_drops_same_code_and_near_duplicate_prompts():
     tasks, refs = heldout_tasks(None, "heldout")
-    add = next(t for t in tasks if t.id == "fn-add")
+    task = next(t for t in tasks if t.id == HELD)
     rows = [
-        {"prompt": "Sum two ints in Vox.", "response": "// copy\n" + refs["fn-add"]},  # same code, other prompt
-        {"prompt": add.prompt + " Please.", "response": "fn plus(x: int) to int {\n    return x\n}\n"},
+        {"prompt": "Count some ints in Vox.", "response": "// copy\n" + refs[HELD]},  # same code, other prompt
+        {"prompt": task.prompt + " Please.", "response": "fn plus(x: int) to int {\n    return x\n}\n"},
         {"prompt": "Write a Vox struct for a sensor.", "response": "type Sensor {\n    id: int\n}\n"},
         {"messages": [{"role": "user", "content": "Hi"},
-                      {"role": "assistant", "content": "```vox\n" + refs["fn-add"] + "```"}]},
+                      {"role": "assistant", "content": "```vox\n" + refs[HELD] + "```"}]},
     ]
     kept, rep = decontaminate(rows, tasks, refs)
     assert kept == [rows[2]]
     reasons = [(d["row"], d["reason"], d["task"]) for d in rep.dropped]
-    assert reasons == [(0, "same code as held-out answer", "fn-add"), (1, "near-duplicate prompt", "fn-add"),
-                       (3, "same code as held-out answer", "fn-add")]
+    assert reasons == [(0, "same code as held-out answer", HELD), (1, "near-duplicate prompt", HELD),
+                       (3, "same code as held-out answer", HELD)]
     assert rep.rows_in == rep.kept + len(rep.dropped)
     assert rep.max_prompt_similarity < PROMPT_NEAR_DUP
 
@@ -43,7 +46,7 @@ def test_decontaminate_drops_same_code_and_near_duplicate_prompts():
 def test_split_writes_bench_references_and_clean_data(tmp_path):
     mixed = tmp_path / "mixed.jsonl"
     refs = load_references()
-    rows = [{"prompt": "Add two numbers in Vox.", "response": refs["fn-add"]},
+    rows = [{"prompt": "Count the positive numbers in Vox.", "response": refs[HELD]},
             {"prompt": "Declare a Vox type Point with x and y.", "response": "type Point {\n    x: int\n}\n"}]
     mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rep = split_training_data(mixed, tmp_path / "train.jsonl", None, "heldout", tmp_path / "bench" / "heldout.jsonl",
@@ -51,7 +54,7 @@ def test_split_writes_bench_references_and_clean_data(tmp_path):
     assert rep.kept == 1 and len(rep.dropped) == 1
     bench = load_bench(tmp_path / "bench" / "heldout.jsonl")
     assert {t.split for t in bench} == {"heldout"} and len(bench) == rep.heldout_tasks
-    assert load_references(tmp_path / "bench" / "heldout.jsonl")["fn-add"] == refs["fn-add"]
+    assert load_references(tmp_path / "bench" / "heldout.jsonl")[HELD] == refs[HELD]
     assert json.loads((tmp_path / "split.json").read_text())["dropped"] == 1
 
 
