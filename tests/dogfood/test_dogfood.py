@@ -71,7 +71,8 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     assert any(d["task"] == "fn-count-positive" for d in split["dropped_rows"])
     held = {code_hash(a) for a in load_references(out / "bench/heldout.jsonl").values()}
     train = [json.loads(line) for line in (out / "data/train.jsonl").read_text().splitlines()]
-    assert len(train) == split["kept"] and not held & {code_hash(code_in_response(r["response"], ("vox",))) for r in train}
+    assert len(train) == split["kept"]
+    assert not held & {code_hash(code_in_response(r["response"], ("vox",))) for r in train}
     bench = json.loads((out / "run/benchmark_results.json").read_text())
     assert set(bench["modes"]) == {"greedy", "constrained"} and bench["base"]["metrics"]["tasks"] == 2
     assert bench["metrics"]["gain_over_base"] == pytest.approx(
