@@ -136,3 +136,15 @@ def test_second_round_aims_at_dev_failures_and_continues_from_round_one(tmp_path
     assert manifest["config"]["init_adapter"] == str(out / "run")
     assert summary["run"] == str(out / "run2") and summary["round1"]["greedy"] is not None
     assert (out / "run2/benchmark_results.json").is_file() and (out / "merged/config.json").is_file()
+
+
+def test_quick_records_the_packaged_gate_without_enforcing_it(tmp_path, tiny_base):
+    # --quick with the packaged gates (a tiny model cannot meet them): the verdict is recorded, merge and parity
+    # still run; with explicit --gates the same verdict stops the run (test above).
+    out = tmp_path / "df"
+    logs: list[str] = []
+    summary = run_dogfood(_cfg(out, tiny_base), log=logs.append)
+    state = json.loads((out / "dogfood_state.json").read_text())["stages"]
+    assert state["merge"]["status"] == "done" and state["parity"]["status"] == "done"
+    assert summary["gate"] is False
+    assert any("not enforced with --quick" in line for line in logs)
