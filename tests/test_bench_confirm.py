@@ -21,7 +21,8 @@ def test_confirm_references_pass_and_stay_apart_from_the_bench():
     failed = [t.id for t in tasks if not check_output(refs[t.id], t.expect, vox).passed]
     assert not failed
     assert not {t.id for t in tasks} & {t.id for t in load_bench()}
-    bench_rows = dev_pairs(None, "vox") + [{"prompt": t.prompt, "response": a} for t, a in
-                                           ((t, load_references()[t.id]) for t in load_bench() if t.split == "heldout")]
+    bench_refs = load_references()
+    bench_rows = dev_pairs(None, "vox") + [{"prompt": t.prompt, "response": bench_refs[t.id]}
+                                           for t in load_bench() if t.split == "heldout"]
     kept, report = decontaminate(bench_rows, tasks, refs)
     assert report.dropped == [] and report.max_prompt_similarity < 0.3

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from mens.dogfood.pipeline import Context
+from mens.errors import GateFailed
 
 LANGUAGE = "vox"
 DEV_REPEATS = 3.0
@@ -252,8 +253,6 @@ def _default_gates() -> Path:
 
 def gate(ctx: Context) -> str:
     from mens.evaluate.gates import check_gates
-
-    from mens.errors import GateFailed
 
     if str(ctx.cfg.gates) == "none":
         return "no gates (--gates none)"
