@@ -57,8 +57,8 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     state = json.loads((out / "dogfood_state.json").read_text())
     assert [k for k, v in state["stages"].items() if v["status"] == "done"] == STAGES
     for rel in ("corpus/units.jsonl", "corpus/validated.jsonl", "corpus/rejects.jsonl", "corpus/pairs.jsonl",
-                "corpus/synthetic.jsonl", "corpus/tasks.jsonl", "corpus/bench_dev.jsonl", "corpus/mix.yaml",
-                "corpus/mixed.jsonl",
+                "corpus/synthetic.jsonl", "corpus/tasks.jsonl", "corpus/bench_dev.jsonl", "corpus/requests.jsonl",
+                "corpus/mix.yaml", "corpus/mixed.jsonl",
                 "data/train.jsonl", "data/heldout_split.json", "data/eval_results.json", "bench/heldout.jsonl",
                 "bench/heldout_reference.jsonl", "eval/base_results.json", "eval/merged_results.json",
                 "run/merge_parity.json", "run/adapter_model.safetensors",
@@ -73,6 +73,9 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     train = [json.loads(line) for line in (out / "data/train.jsonl").read_text().splitlines()]
     assert len(train) == split["kept"]
     assert not held & {code_hash(code_in_response(r["response"], ("vox",))) for r in train}
+    # the shipped hand-written requests are in the mix, once each
+    requests = [r for r in train if r.get("origin") == "requests"]
+    assert requests and len(requests) == len((out / "corpus/requests.jsonl").read_text().splitlines())
     bench = json.loads((out / "run/benchmark_results.json").read_text())
     assert set(bench["modes"]) == {"greedy", "constrained"} and bench["base"]["metrics"]["tasks"] == 2
     assert bench["metrics"]["gain_over_base"] == pytest.approx(

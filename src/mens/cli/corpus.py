@@ -127,3 +127,22 @@ def generate(
         typer.echo("focus: " + ", ".join(f"{c} {w:g}" for c, w in sorted(weights.items(), key=lambda x: -x[1])))
     typer.echo(generate_tasks_to_file(out, limit, seed, weights, language,
                                       avoid_names=heldout_names()).summary())
+
+
+@corpus_app.command("requests")
+def requests(
+    out: Path = typer.Option(..., "-o", "--output", help="Train pairs JSONL (schema vox_dogfood_v1)."),
+    file: Path = typer.Option(None, "--file", help="Your own requests file (default: the shipped one)."),
+    language: str = LANG,
+) -> None:
+    """Hand-written requests (id, category, prompt, expect, answer) as train pairs; every answer must parse and
+    meet its own expect, or the command names the line and writes nothing."""
+    from collections import Counter
+
+    from mens.corpus.jsonl import write_jsonl
+    from mens.corpus.requests import request_pairs
+
+    rows = request_pairs(language, file)
+    write_jsonl(out, rows)
+    cats = Counter(r["category"].removeprefix(f"{language}_request_") for r in rows)
+    typer.echo(f"{len(rows)} requests ({', '.join(f'{c} {n}' for c, n in cats.most_common())}) -> {out}")

@@ -32,6 +32,8 @@ def dogfood(
     rounds: int = typer.Option(1, "--rounds", help="2: a second round aimed at what round 1 failed on the dev split."),
     dev_pairs: bool = typer.Option(None, "--dev-pairs/--no-dev-pairs",
                                    help="Train on the bench's dev split answers (default: yes, unless --rounds 2)."),
+    requests: bool = typer.Option(True, "--requests/--no-requests",
+                                  help="Train on the shipped hand-written requests (default: yes)."),
     seed: int = typer.Option(0, "--seed", help="Seed for phrasings, synthetic data and the mix."),
     resume: bool = typer.Option(False, "--resume", help="Continue a run in --output-dir, skipping finished stages."),
 ) -> int:
@@ -44,7 +46,7 @@ def dogfood(
                         learning_rate=lr, synthetic=synthetic, tasks=tasks, limit=limit, max_new_tokens=max_new_tokens,
                         modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
                         gates=None if gates is None else Path(gates), rounds=rounds, seed=seed,
-                        dev_pairs=dev_pairs, resume=resume)
+                        dev_pairs=dev_pairs, requests=requests, resume=resume)
     s = run_dogfood(cfg)
     typer.echo(f"base model:  non-empty parse rate {_f(s['base']['nonempty_parse_rate'])}, "
                f"pass@1 {_f(s['base']['pass_at_1'])}")

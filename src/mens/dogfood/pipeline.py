@@ -56,6 +56,9 @@ class DogfoodConfig:
     dev_pairs: bool | None = None
     """Train on the bench's dev split (its tasks with their reference answers, repeated 3x). Default: yes with one
     round; no with --rounds 2, whose data loop probes the model on the dev split (it must stay unseen there)."""
+    requests: bool = True
+    """Train on the hand-written requests shipped with the language (`mens.corpus.requests`), repeated
+    REQUEST_REPEATS times."""
     tasks2: int | None = None
     """Focused task pairs for round 2 (default 400; quick 40)."""
     served_tasks: int | None = None

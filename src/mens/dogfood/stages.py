@@ -21,7 +21,9 @@ from mens.errors import GateFailed
 
 LANGUAGE = "vox"
 DEV_REPEATS = 3.0
-"""How often each dev-split pair repeats in the mix: 56 hand-written answers among ~1,100 rows."""
+"""How often each dev-split pair repeats in the mix: 116 hand-written answers among ~1,300 rows."""
+REQUEST_REPEATS = 1.0
+"""How often each hand-written request (mens.corpus.requests) repeats in the mix."""
 
 
 def extract(ctx: Context) -> str:
@@ -77,6 +79,13 @@ def generate(ctx: Context) -> str:
         dev = dev_pairs(ctx.cfg.bench, LANGUAGE)
         write_jsonl(ctx.path("corpus", "bench_dev.jsonl"), dev)
         note += f"; {len(dev)} dev-split tasks with their reference answers"
+    if ctx.cfg.requests:
+        from mens.corpus.jsonl import write_jsonl
+        from mens.corpus.requests import request_pairs
+
+        reqs = request_pairs(LANGUAGE)
+        write_jsonl(ctx.path("corpus", "requests.jsonl"), reqs)
+        note += f"; {len(reqs)} hand-written requests, each answer checked"
     return note
 
 
@@ -87,7 +96,8 @@ def mix(ctx: Context) -> str:
     config = {"version": 1, "output": "mixed.jsonl", "seed": ctx.cfg.seed,
               "sources": [{"path": "pairs.jsonl", "weight": 1.0}, {"path": "synthetic.jsonl", "weight": 1.0},
                           {"path": "tasks.jsonl", "weight": 1.0},
-                          *([{"path": "bench_dev.jsonl", "weight": DEV_REPEATS}] if ctx.cfg.dev_pairs else [])]}
+                          *([{"path": "bench_dev.jsonl", "weight": DEV_REPEATS}] if ctx.cfg.dev_pairs else []),
+                          *([{"path": "requests.jsonl", "weight": REQUEST_REPEATS}] if ctx.cfg.requests else [])]}
     (c / "mix.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     rep = mix_sources(c / "mix.yaml", base=c)
     return f"{rep['total_emitted']} rows from {len(rep['sources'])} sources"
