@@ -83,3 +83,26 @@ def test_logits_only_where_supervised_give_the_same_loss(examples, tiny_model_di
         part, n = batch_loss_sum(model, rows, 0, "cpu", contextlib.nullcontext)
     assert n == sum(ex.n_supervised for ex in examples)
     assert abs(part.item() - full) / n < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_packing_leak_check_passes_an_isolating_model_and_catches_a_leak(tiny_model_dir, dtype):
+    # bf16 autocast runs here on any CPU (emulated where there is no native bf16, with ~1% kernel noise);
+    # the check must not mistake that noise for a leak, nor a real leak for noise.
+    from contextlib import nullcontext
+
+    from mens.train.preflight import packing_leaks
+
+    model = load_base(tiny_model_dir, backend="lora", device="cpu")
+    autocast = (lambda: torch.autocast("cpu", dtype=dtype)) if dtype else nullcontext
+    assert not packing_leaks(model, "cpu", autocast, model.config.vocab_size)
+
+    class IgnoresPositions(torch.nn.Module):  # an architecture that does not honour per-example position ids
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, position_ids=None, **kw):
+            return self.inner(input_ids=input_ids, **kw)
+
+    assert packing_leaks(IgnoresPositions(model), "cpu", autocast, model.config.vocab_size)

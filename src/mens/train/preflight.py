@@ -99,4 +99,8 @@ def packing_leaks(model, device: str, autocast, vocab: int) -> bool:
         packed = model(input_ids=torch.cat([a, b], 1).to(device), position_ids=pos.to(device), use_cache=False).logits
         alone = model(input_ids=b.to(device), use_cache=False).logits
     model.train(was_training)
-    return not torch.allclose(packed[0, 5:].float(), alone[0].float(), atol=1e-2, rtol=1e-2)
+    # Measured against the logits' own scale: under bf16 autocast (emulated on CPUs without native bf16) an
+    # isolated example still differs by ~1% of the largest logit from kernel blocking, while a leak moves the
+    # logits by about their whole scale (the first token of `b` sees five more tokens).
+    diff = (packed[0, 5:].float() - alone[0].float()).abs().max()
+    return bool(diff > 0.05 * alone.float().abs().max() + 1e-3)
