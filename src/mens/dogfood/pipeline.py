@@ -41,9 +41,10 @@ class DogfoodConfig:
     """Rows per step (default: the preset's; quick 2)."""
     learning_rate: float | None = None
     synthetic: int | None = None
-    """Synthetic programs from `corpus generate` (default 200; quick 40)."""
+    """Synthetic programs from `corpus generate` (default 50; quick 40)."""
     tasks: int | None = None
-    """Task-shaped pairs from `corpus generate --tasks` (default 500; quick 60)."""
+    """Task-shaped pairs from `corpus generate --tasks` (default 150; quick 60). The hand-written requests took
+    most of their share of the training budget (bench/results/recipe_seeds-requests-vm.json)."""
     bench: str = "vox_default"
     split: str = "heldout"
     limit: int | None = None
@@ -72,9 +73,9 @@ class DogfoodConfig:
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)
         if self.synthetic is None:
-            self.synthetic = 40 if self.quick else 200
+            self.synthetic = 40 if self.quick else 50
         if self.tasks is None:
-            self.tasks = 60 if self.quick else 500
+            self.tasks = 60 if self.quick else 150
         if self.limit is None and self.quick:
             self.limit = 8
         if self.rounds not in (1, 2):
