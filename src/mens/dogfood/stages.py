@@ -3,7 +3,8 @@
 Each reads what earlier stages wrote under the output directory and writes its own files (layout below);
 heavy libraries are imported inside the stages that need them.
 
-    corpus/units.jsonl validated.jsonl rejects.jsonl pairs.jsonl synthetic.jsonl tasks.jsonl mix.yaml mixed.jsonl
+    corpus/units.jsonl validated.jsonl rejects.jsonl pairs.jsonl synthetic.jsonl tasks.jsonl bench_dev.jsonl
+    requests.jsonl mix.yaml mixed.jsonl
     data/train.jsonl heldout_split.json eval_results.json    bench/heldout.jsonl heldout_reference.jsonl
     eval/base_results.json merged_results.json    run/ (mens train + benchmark_results.json, gate_receipt.json,
     merge_parity.json, README.md, report.html, plots/)    merged/ (mens merge, with the same README.md)
@@ -21,7 +22,7 @@ from mens.errors import GateFailed
 
 LANGUAGE = "vox"
 DEV_REPEATS = 3.0
-"""How often each dev-split pair repeats in the mix: 116 hand-written answers among ~1,300 rows."""
+"""How often each dev-split pair repeats in the mix: 116 hand-written answers among ~1,700 rows."""
 REQUEST_REPEATS = 1.0
 """How often each hand-written request (mens.corpus.requests) repeats in the mix."""
 
