@@ -65,6 +65,7 @@ def generate(ctx: Context) -> str:
     """Synthetic programs (construct variety) and task-shaped pairs (a request that names the kind, name and
     signature, and an answer checked against exactly that), both parse-checked before they are written."""
     from mens.corpus.generate import generate_to_file
+    from mens.corpus.jsonl import write_jsonl
     from mens.corpus.taskgen import generate_tasks_to_file
     from mens.evaluate.bench import heldout_names
 
@@ -74,14 +75,12 @@ def generate(ctx: Context) -> str:
     note = (f"{rep.written} synthetic programs ({len(rep.kinds)} construct kinds) and {tasks.written} task pairs "
             f"({len(tasks.categories)} categories); all parse and pass their own checks")
     if ctx.cfg.dev_pairs:
-        from mens.corpus.jsonl import write_jsonl
         from mens.dogfood.heldout import dev_pairs
 
         dev = dev_pairs(ctx.cfg.bench, LANGUAGE)
         write_jsonl(ctx.path("corpus", "bench_dev.jsonl"), dev)
         note += f"; {len(dev)} dev-split tasks with their reference answers"
     if ctx.cfg.requests:
-        from mens.corpus.jsonl import write_jsonl
         from mens.corpus.requests import request_pairs
 
         reqs = request_pairs(LANGUAGE)
