@@ -96,3 +96,12 @@ def test_every_subcommand_help_exits_zero():
     for path in paths:
         res = runner.invoke(cli_main.app, [*path, "--help"])
         assert res.exit_code == 0, (path, res.output)
+
+
+def test_dogfood_gate_verdict_says_an_unenforced_quick_gate_is_not_a_failure():
+    from mens.cli.dogfood import gate_verdict
+
+    assert gate_verdict(True, enforced=True) == "passed"
+    assert gate_verdict(None, enforced=True) == "not run"
+    assert gate_verdict(False, enforced=True) == "FAILED"
+    assert gate_verdict(False, enforced=False).startswith("not met")
