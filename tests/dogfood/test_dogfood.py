@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from tests.conftest import build_tiny_tokenizer
 
 from mens.corpus.normalize import code_in_response
@@ -151,3 +152,21 @@ def test_quick_records_the_packaged_gate_without_enforcing_it(tmp_path, tiny_bas
     assert state["merge"]["status"] == "done" and state["parity"]["status"] == "done"
     assert summary["gate"] is False
     assert any("not enforced with --quick" in line for line in logs)
+
+
+def test_zero_synthetic_and_task_pairs_leave_those_sources_out(tmp_path, tiny_base):
+    from mens.dogfood.pipeline import Pipeline
+
+    p = Pipeline(_cfg(tmp_path / "df", tiny_base, synthetic=0, tasks=0))
+    p.prepare()
+    for name, fn in p.stages:
+        if name == "eval-base":
+            break
+        note = fn(p.ctx)
+        if name == "generate":
+            assert note.startswith("no synthetic data")
+    mix = yaml.safe_load((tmp_path / "df/corpus/mix.yaml").read_text())
+    assert [s["path"] for s in mix["sources"]] == ["pairs.jsonl", "bench_dev.jsonl", "requests.jsonl"]
+    assert not (tmp_path / "df/corpus/tasks.jsonl").exists()
+    rows = [json.loads(line) for line in (tmp_path / "df/data/train.jsonl").read_text().splitlines()]
+    assert rows and not any(r["source"].startswith(("taskgen", "generate")) for r in rows)

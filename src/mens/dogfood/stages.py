@@ -69,11 +69,15 @@ def generate(ctx: Context) -> str:
     from mens.corpus.taskgen import generate_tasks_to_file
     from mens.evaluate.bench import heldout_names
 
-    rep = generate_to_file(ctx.path("corpus", "synthetic.jsonl"), ctx.cfg.synthetic, ctx.cfg.seed, LANGUAGE)
-    tasks = generate_tasks_to_file(ctx.path("corpus", "tasks.jsonl"), ctx.cfg.tasks, ctx.cfg.seed,
-                                   avoid_names=heldout_names(ctx.cfg.bench))
-    note = (f"{rep.written} synthetic programs ({len(rep.kinds)} construct kinds) and {tasks.written} task pairs "
-            f"({len(tasks.categories)} categories); all parse and pass their own checks")
+    parts = []  # --synthetic 0 / --tasks 0 leave that source out of the mix
+    if ctx.cfg.synthetic:
+        rep = generate_to_file(ctx.path("corpus", "synthetic.jsonl"), ctx.cfg.synthetic, ctx.cfg.seed, LANGUAGE)
+        parts.append(f"{rep.written} synthetic programs ({len(rep.kinds)} construct kinds)")
+    if ctx.cfg.tasks:
+        tasks = generate_tasks_to_file(ctx.path("corpus", "tasks.jsonl"), ctx.cfg.tasks, ctx.cfg.seed,
+                                       avoid_names=heldout_names(ctx.cfg.bench))
+        parts.append(f"{tasks.written} task pairs ({len(tasks.categories)} categories)")
+    note = (" and ".join(parts) + "; all parse and pass their own checks") if parts else "no synthetic data"
     if ctx.cfg.dev_pairs:
         from mens.dogfood.heldout import dev_pairs
 
@@ -94,8 +98,9 @@ def mix(ctx: Context) -> str:
 
     c = ctx.path("corpus")
     config = {"version": 1, "output": "mixed.jsonl", "seed": ctx.cfg.seed,
-              "sources": [{"path": "pairs.jsonl", "weight": 1.0}, {"path": "synthetic.jsonl", "weight": 1.0},
-                          {"path": "tasks.jsonl", "weight": 1.0},
+              "sources": [{"path": "pairs.jsonl", "weight": 1.0},
+                          *([{"path": "synthetic.jsonl", "weight": 1.0}] if ctx.cfg.synthetic else []),
+                          *([{"path": "tasks.jsonl", "weight": 1.0}] if ctx.cfg.tasks else []),
                           *([{"path": "bench_dev.jsonl", "weight": DEV_REPEATS}] if ctx.cfg.dev_pairs else []),
                           *([{"path": "requests.jsonl", "weight": REQUEST_REPEATS}] if ctx.cfg.requests else [])]}
     (c / "mix.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
