@@ -84,7 +84,8 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     manifest = json.loads((out / "run/training_manifest.json").read_text())
     assert manifest["system_prompt"] == DogfoodConfig(output_dir=out).system_prompt
     assert summary["gate"] is True and summary["base"]["nonempty_parse_rate"] is not None
-    assert "base model (greedy)" in (out / "run/README.md").read_text()
+    card = (out / "run/README.md").read_text()
+    assert "base model (greedy)" in card and f"{len(requests)} hand-written requests in users' words" in card
     assert any(line.startswith("[13/13] card") for line in logs)
 
     parity = json.loads((out / "run/merge_parity.json").read_text())

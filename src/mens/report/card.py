@@ -136,6 +136,8 @@ def _dogfood_data(cfg: dict) -> list[str]:
                                 "checked against exactly that)",
                  "bench_dev.jsonl": "rows from the bench's dev split (its hand-written tasks and reference "
                                     "answers, each 3 times; the held-out split is a different set of tasks)",
+                 "requests.jsonl": "hand-written requests in users' words (each answer parsed and checked like a "
+                                   "bench task)",
                  "train.jsonl": "round-1 rows and focused task pairs"}
         for src in json.loads(mix.read_text(encoding="utf-8")).get("sources", []):
             lines.append(f"- {src['emitted_lines']} {names.get(Path(src['path']).name, src['path'])}")
