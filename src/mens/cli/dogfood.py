@@ -54,7 +54,7 @@ def dogfood(
                f"pass@1 {_f(s['base']['pass_at_1'])}")
     for mode, m in s["tuned"].items():
         typer.echo(f"tuned {mode:12s} non-empty parse rate {_f(m['nonempty_parse_rate'])}, pass@1 {_f(m['pass_at_1'])}")
-    typer.echo(f"gate: {gate_verdict(s['gate'], enforced=not quick or gates is not None)}; "
+    typer.echo(f"gate: {gate_verdict(s['gate'], enforced=cfg.gate_enforced)}; "
                f"{s['total_stage_seconds']:.0f} s in stages")
     typer.echo(f"card {s['card']}\nreport {s['report']}\nmerged {s['merged']}")
     typer.echo(f"summary {output_dir / 'dogfood_summary.json'}")

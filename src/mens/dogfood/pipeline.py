@@ -93,6 +93,12 @@ class DogfoodConfig:
         if self.quick and self.batch_size is None:
             self.batch_size = 2
 
+    @property
+    def gate_enforced(self) -> bool:
+        """--quick is a smoke run of every stage: 20 steps are not meant to reach the bar, so with the packaged gates
+        an unmet gate is recorded (gate_receipt.json, card) but does not stop merge and parity. --gates enforces."""
+        return not (self.quick and self.gates is None)
+
 
 @dataclass
 class Context:

@@ -274,9 +274,7 @@ def gate(ctx: Context) -> str:
     try:
         results = check_gates(ctx.run, ctx.cfg.gates or _default_gates())
     except GateFailed as e:
-        # --quick is a smoke run of every stage: 20 steps are not meant to reach the bar, so with the packaged gates
-        # the verdict is recorded (gate_receipt.json, card) but does not stop merge and parity. --gates enforces.
-        if ctx.cfg.quick and ctx.cfg.gates is None:
+        if not ctx.cfg.gate_enforced:
             return f"not met, not enforced with --quick (pass --gates FILE to enforce): {e}"
         raise
     return "passed: " + ", ".join(f"{r.gate} {r.value:.3f} >= {r.threshold:.2f}" for r in results)
