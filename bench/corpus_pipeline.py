@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import socket
 import sys
 import tempfile
@@ -19,6 +17,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+
+from machine import machine  # noqa: E402
 
 from mens.corpus.eval import eval_to_file  # noqa: E402
 from mens.corpus.extract import extract_to_file  # noqa: E402
@@ -62,9 +62,7 @@ def main() -> None:
         mx = _timed(stages, "mix", lambda r: r["total_emitted"], lambda: mix_sources(d / "mix.yaml", base=d))
         total = time.perf_counter() - t0
     result = {
-        "benchmark": "corpus_pipeline", "machine": {"hostname": socket.gethostname(), "platform": platform.platform(),
-                                                    "python": platform.python_version(), "cpus": os.cpu_count(),
-                                                    "processor": platform.processor() or platform.machine()},
+        "benchmark": "corpus_pipeline", "machine": machine(),
         "corpus": str(args.shared), "stages": stages,
         "counts": {"units": ex.units_new, "kept": va.n_kept, "rejected": dict(va.rejected), "pairs": pa.n_pairs,
                    "parse_rate": ev["parse_rate"], "nonempty_parse_rate": ev["nonempty_parse_rate"],

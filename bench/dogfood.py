@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -18,22 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def machine() -> dict:
-    """The machine, including what decides CPU training speed: the same host name has been a Zen 4 with AVX512-BF16
-    (bf16 matmuls) and an older EPYC without AVX512 (f32), about 2x apart in tokens/s."""
-    cpu, flags = platform.processor() or None, ""
-    try:
-        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-        cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), cpu)
-        flags = next((ln for ln in info.splitlines() if ln.startswith("flags")), "")
-    except OSError:
-        pass
-    return {"host": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-            "cpu": cpu, "avx512": "avx512f" in flags, "native_bf16": "avx512_bf16" in flags or "amx_bf16" in flags,
-            "python": platform.python_version()}
+from machine import REPO, machine
 
 
 def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import socket
 import sys
 import time
@@ -16,6 +14,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+
+from machine import machine  # noqa: E402
 
 from mens.lang.vox import parse  # noqa: E402
 
@@ -63,9 +63,7 @@ def main() -> None:
         "seconds_per_round": [round(t, 4) for t in times], "best_seconds": round(best, 4),
         "lines_per_second": round(n_lines / best),
         "median_lines_per_second": round(n_lines / sorted(times)[len(times) // 2]),
-        "machine": {"hostname": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                    "python": sys.version.split()[0], "implementation": platform.python_implementation(),
-                    "processor": platform.processor()},
+        "machine": machine(),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.mkdir(parents=True, exist_ok=True)

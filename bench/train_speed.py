@@ -17,7 +17,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import platform
 import resource
 import socket
 import subprocess
@@ -31,6 +30,8 @@ T_START = time.time()  # a worker's setup time counts from here: torch imports, 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from machine import machine  # noqa: E402
 
 RUNS = {  # name -> (side, backend, pack)
     "mens-lora-packed": ("mens", "lora", True),
@@ -199,16 +200,13 @@ def worker(args) -> None:
 
 
 def machine_info(threads: int) -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
     versions = {}
     for name in VERSIONS:
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
-    return {"host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
-            "threads": threads, "python": platform.python_version(), "versions": versions}
+    return {**machine(), "threads": threads, "versions": versions}
 
 
 def ratios(by_run: dict) -> dict | None:

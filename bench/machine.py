@@ -1,0 +1,32 @@
+"""The machine a benchmark ran on: the same fields in every record under bench/results/.
+
+The CPU model and its bf16 support decide CPU training speed and numerics: the same host name has been a Zen 4 with
+AVX512-BF16 (bf16 matmuls), an older EPYC without AVX512 (f32) and a Xeon with AVX512-BF16, about 2x apart in
+tokens/s, so every record names them, not only the host.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from mens.train.run import cpu_has_native_bf16  # noqa: E402  (no torch import: it is lazy there)
+
+
+def machine() -> dict:
+    cpu, flags = platform.processor() or platform.machine(), ""
+    try:
+        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+        cpu = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), cpu)
+        flags = next((ln for ln in info.splitlines() if ln.startswith("flags")), "")
+    except OSError:
+        pass
+    return {"host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
+            "avx512": "avx512f" in flags.split(), "native_bf16": cpu_has_native_bf16(),
+            "python": platform.python_version(), "implementation": platform.python_implementation()}
