@@ -18,7 +18,7 @@ import yaml
 
 from mens.corpus.frontend import base_kinds, resolve_language
 from mens.corpus.jsonl import write_jsonl
-from mens.corpus.records import SCHEMA_VERSION
+from mens.corpus.records import codegen_row
 from mens.errors import ConfigError, UsageError
 
 GENERATE_DIR = Path(__file__).parent / "data" / "generate"
@@ -84,10 +84,9 @@ def generate_programs(limit: int, seed: int = 0, language: str | None = None) ->
             prompt = Template(rng.choice(data["prompts"])).substitute(desc=desc, desc_lc=_lc(desc))
             kinds = base_kinds(lang, res.decls)
             report.kinds.update(kinds)
-            rows.append({"prompt": prompt, "response": code, "category": f"{lang.name}_synthetic_{tpl['kind']}",
-                         "rating": 3, "schema_version": SCHEMA_VERSION, "source": f"generate:seed={seed}:{i}",
-                         "constructs": kinds, "lane": f"{lang.name}_codegen", "response_mode": "code_only",
-                         "task_family": "vox_codegen", "origin": "synthetic"})
+            rows.append(codegen_row(lang.name, prompt, code, category=f"{lang.name}_synthetic_{tpl['kind']}",
+                                    rating=3, source=f"generate:seed={seed}:{i}", origin="synthetic",
+                                    constructs=kinds))
             break
     report.written = len(rows)
     return rows, report

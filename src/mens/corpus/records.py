@@ -76,6 +76,18 @@ class TrainPair(BaseModel):
         return [{"role": "user", "content": self.prompt or ""}, {"role": "assistant", "content": self.response or ""}]
 
 
+def codegen_row(language: str, prompt: str, response: str, *, category: str, rating: int, source: str, origin: str,
+                constructs: list[str] | None = None, **extra) -> dict:
+    """One prompt -> code training row as the generators write it (requests, bench dev tasks, synthetic programs,
+    task pairs): the same fields in the same order, lane and task family named for the language."""
+    row = {"prompt": prompt, "response": response, "category": category, "rating": rating,
+           "schema_version": SCHEMA_VERSION, "source": source}
+    if constructs is not None:
+        row["constructs"] = constructs
+    return {**row, "lane": f"{language}_codegen", "response_mode": "code_only", "task_family": f"{language}_codegen",
+            "origin": origin, **extra}
+
+
 @dataclass(frozen=True)
 class BadLine:
     """A line that is not a valid record, with where it is and why."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from mens.corpus.records import SCHEMA_VERSION
+from mens.corpus.records import codegen_row
 from mens.errors import DataError
 from mens.lang import get_language
 from mens.lang.checks import Expect, check_output
@@ -80,8 +80,6 @@ def load_requests(language: str, path: Path | None = None) -> list[Request]:
 
 def request_pairs(language: str, path: Path | None = None) -> list[dict]:
     """The requests as training pairs (`vox_dogfood_v1` rows, origin `requests`)."""
-    return [{"prompt": r.prompt, "response": r.answer, "category": f"{language}_request_{r.category}",
-             "rating": 5, "schema_version": SCHEMA_VERSION, "source": f"requests:{r.id}",
-             "lane": f"{language}_codegen", "response_mode": "code_only", "task_family": f"{language}_codegen",
-             "origin": "requests"}
+    return [codegen_row(language, r.prompt, r.answer, category=f"{language}_request_{r.category}", rating=5,
+                        source=f"requests:{r.id}", origin="requests")
             for r in load_requests(language, path)]

@@ -21,7 +21,7 @@ from string import Template
 from mens.corpus.frontend import base_kinds, resolve_language
 from mens.corpus.generate import load_templates
 from mens.corpus.jsonl import write_jsonl
-from mens.corpus.records import SCHEMA_VERSION
+from mens.corpus.records import codegen_row
 from mens.errors import DataError, UsageError
 from mens.lang.checks import Expect, check_output
 
@@ -155,16 +155,15 @@ def generate_task_pairs(limit: int, seed: int = 0, focus: dict[str, float] | Non
     credit = [0.0] * len(templates)
     for i in range(limit):
         tpl = templates[_pick(templates, focus, credit)]
-        row = _make_row(tpl, data, rng, lang, seen, report, avoid_names)
+        row = _make_row(tpl, data, rng, lang, seen, report, avoid_names, f"taskgen:seed={seed}:{i}:{tpl['kind']}")
         if row is not None:
-            row["source"] = f"taskgen:seed={seed}:{i}:{tpl['kind']}"
             rows.append(row)
     report.written = len(rows)
     return rows, report
 
 
 def _make_row(tpl: dict, data: dict, rng: random.Random, lang, seen: set, report: TaskGenReport,
-              avoid_names: frozenset[str]) -> dict | None:
+              avoid_names: frozenset[str], source: str) -> dict | None:
     """One checked row of `tpl`, retrying on duplicates and rejections; None when every try failed."""
     for _ in range(MAX_TRIES):
         prompt, code, expect = _instance(tpl, data, rng)
@@ -189,10 +188,8 @@ def _make_row(tpl: dict, data: dict, rng: random.Random, lang, seen: set, report
         kinds = base_kinds(lang, res.decls)
         report.kinds.update(kinds)
         report.categories[tpl["category"]] += 1
-        return {"prompt": prompt, "response": code, "category": f"{lang.name}_task_{tpl['category']}",
-                "rating": 3, "schema_version": SCHEMA_VERSION, "constructs": kinds, "lane": f"{lang.name}_codegen",
-                "response_mode": "code_only", "task_family": "vox_codegen", "origin": "synthetic",
-                "expect": expect}
+        return codegen_row(lang.name, prompt, code, category=f"{lang.name}_task_{tpl['category']}", rating=3,
+                           source=source, origin="synthetic", constructs=kinds, expect=expect)
     return None
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mens.corpus.jsonl import read_objects, write_jsonl
 from mens.corpus.normalize import code_in_response, normalize_code
-from mens.corpus.records import SCHEMA_VERSION, BadLine
+from mens.corpus.records import BadLine, codegen_row
 from mens.evaluate.bench import BenchTask, load_bench, load_references
 
 PROMPT_NEAR_DUP = 0.5
@@ -71,10 +71,8 @@ def dev_pairs(bench: str | None, language: str) -> list[dict]:
     """The bench's dev tasks with their reference answers as training pairs (the dev split is never evaluated as
     held-out; the held-out decontamination still runs over these rows like any other)."""
     tasks, refs = heldout_tasks(bench, "dev")
-    return [{"prompt": t.prompt, "response": refs[t.id], "category": f"{language}_bench_dev_{t.category}",
-             "rating": 5, "schema_version": SCHEMA_VERSION, "source": f"bench-dev:{t.id}",
-             "lane": f"{language}_codegen", "response_mode": "code_only", "task_family": "vox_codegen",
-             "origin": "bench_dev"}
+    return [codegen_row(language, t.prompt, refs[t.id], category=f"{language}_bench_dev_{t.category}", rating=5,
+                        source=f"bench-dev:{t.id}", origin="bench_dev")
             for t in tasks if t.id in refs]
 
 
