@@ -1,8 +1,8 @@
 """The machine a benchmark ran on: the same fields in every record under bench/results/.
 
 The CPU model and its bf16 support decide CPU training speed and numerics: the same host name has been a Zen 4 with
-AVX512-BF16 (bf16 matmuls), an older EPYC without AVX512 (f32) and a Xeon with AVX512-BF16, about 2x apart in
-tokens/s, so every record names them, not only the host.
+AVX512-BF16 (bf16 matmuls), an older EPYC without AVX512 (f32) and a Xeon with AVX512-BF16, up to about 2x apart in
+tokens/s, and bf16 and f32 runs of one recipe and seed give different answers, so every record names them.
 """
 
 from __future__ import annotations
