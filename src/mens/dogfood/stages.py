@@ -22,7 +22,7 @@ from mens.errors import GateFailed
 
 LANGUAGE = "vox"
 DEV_REPEATS = 3.0
-"""How often each dev-split pair repeats in the mix: 116 hand-written answers among ~1,700 rows."""
+"""How often each dev-split pair repeats in the mix: 116 hand-written answers among ~2,100 rows."""
 REQUEST_REPEATS = 1.0
 """How often each hand-written request (mens.corpus.requests) repeats in the mix."""
 
