@@ -43,6 +43,7 @@ def test_responses_are_clean_code_that_parses(tmp_path: Path):
     vox = get_language("vox")
     for r in rows:
         assert r["schema_version"] == SCHEMA_VERSION and 1 <= r["rating"] <= 5 and r["lane"] == "vox_codegen"
+        assert r["task_family"] == "vox_codegen"
         assert "@training_prompt" not in r["response"] and "ANCHOR" not in r["response"]
         assert "title:" not in r["response"] and vox.parse(r["response"]).has_code
         assert r["constructs"] == ["fn"] and r["source"].startswith(str(tmp_path))

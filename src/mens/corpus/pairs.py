@@ -112,7 +112,7 @@ class PairBuilder:
         base = {"response": code, "category": category, "rating": RATING[unit.kind],
                 "schema_version": SCHEMA_VERSION, "source": f"{unit.source}:{unit.line_start}-{unit.line_end}",
                 "constructs": base_kinds(self.lang, decls), "lane": lane, "response_mode": "code_only",
-                "task_family": "docs_code" if unit.kind == "doc_block" else "vox_codegen"}
+                "task_family": "docs_code" if unit.kind == "doc_block" else lane}
         rows = [{"prompt": p, **base} for p in self.prompts(unit, decls)]
         if self.multi_turn and unit.kind == "file":
             chat = self.chat_for(unit, code)
