@@ -2,7 +2,10 @@
 
 Runs the command as a user does (or, with --from-dir, records a run that already finished) and writes
 bench/results/dogfood-<host>.json: stage seconds, base vs tuned parse rate and pass@1 per decoding mode,
-gate verdict, merge/serve parity, and the machine. Run: `python bench/dogfood.py [--quick] [--from-dir D]`.
+gate verdict, merge/serve parity, and the machine. With --confirm it also has the tuned run answer the
+confirmation split (bench/confirm: 60 tasks no recipe or data choice was ever tuned on, greedy, as eval-tuned does)
+and records that beside the held-out numbers: a gain on the held-out split alone can be a product of having read its
+failures. Run: `python bench/dogfood.py [--quick] [--seed N] [--confirm] [--from-dir D]`.
 """
 
 from __future__ import annotations
@@ -20,14 +23,27 @@ from pathlib import Path
 from machine import REPO, machine
 
 
+CONFIRM = REPO / "bench" / "confirm" / "vox_confirm.jsonl"
+
+
+def confirm(run: Path, out: Path, env: dict) -> dict:
+    """The tuned run's greedy answers to the confirmation split (same token limit as dogfood's eval)."""
+    subprocess.run([str(REPO / "scripts" / "mens"), "eval-local", str(run), "--bench", str(CONFIRM), "--split", "all",
+                    "--modes", "greedy", "--max-new-tokens", "200", "-o", str(out)], check=True, env=env)
+    m = json.loads(out.read_text(encoding="utf-8"))["metrics"]
+    return {"tasks": m["tasks"], "nonempty_parse_rate": m["nonempty_parse_rate"], "pass_at_1": m["pass_at_1"],
+            "failures_by_category": m.get("failures_by_category")}
+
+
 def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
     summary = json.loads((out_dir / "dogfood_summary.json").read_text(encoding="utf-8"))
+    state = json.loads((out_dir / "dogfood_state.json").read_text(encoding="utf-8"))
     split = json.loads((out_dir / "data" / "heldout_split.json").read_text(encoding="utf-8"))
     run = Path(summary["run"])
     bench = json.loads((run / "benchmark_results.json").read_text(encoding="utf-8"))
     run_summary = json.loads((run / "run_summary.json").read_text(encoding="utf-8"))
     return {
-        "bench": "dogfood", **machine(), "quick": quick, "command_wall_s": wall_s,
+        "bench": "dogfood", **machine(), "quick": quick, "seed": state["config"]["seed"], "command_wall_s": wall_s,
         "stage_seconds": summary["stage_seconds"], "total_stage_seconds": summary["total_stage_seconds"],
         "heldout_tasks": split["heldout_tasks"], "training_rows": split["kept"],
         "rows_dropped_as_overlap": split["dropped"],
@@ -43,19 +59,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--from-dir", type=Path, help="Record a finished `mens dogfood -o DIR` instead of running one.")
+    ap.add_argument("--seed", type=int, default=0, help="Passed to `mens dogfood --seed` (default 0, its default).")
+    ap.add_argument("--confirm", action="store_true", help="Also evaluate the tuned run on the confirmation split.")
     ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/dogfood[-quick]-<host>.json).")
     args = ap.parse_args()
     wall = None
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if args.from_dir:
         out_dir = args.from_dir
     else:
         out_dir = Path(tempfile.mkdtemp(prefix="mens-dogfood-")) / "df"
         t0 = time.time()
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        subprocess.run([str(REPO / "scripts" / "mens"), "dogfood", "-o", str(out_dir),
+        subprocess.run([str(REPO / "scripts" / "mens"), "dogfood", "-o", str(out_dir), "--seed", str(args.seed),
                         *(["--quick"] if args.quick else [])], check=True, env=env)
         wall = round(time.time() - t0, 1)
     result = record(out_dir, wall, args.quick)
+    if args.confirm:
+        run = Path(json.loads((out_dir / "dogfood_summary.json").read_text(encoding="utf-8"))["run"])
+        result["confirm"] = confirm(run, out_dir / "eval" / "confirm_results.json", env)
     name = f"dogfood{'-quick' if args.quick else ''}-{socket.gethostname()}.json"
     dest = args.output or REPO / "bench" / "results" / name
     dest.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
