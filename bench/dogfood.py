@@ -26,10 +26,14 @@ from machine import REPO, machine
 CONFIRM = REPO / "bench" / "confirm" / "vox_confirm.jsonl"
 
 
-def confirm(run: Path, out: Path, env: dict) -> dict:
-    """The tuned run's greedy answers to the confirmation split (same token limit as dogfood's eval)."""
+def confirm(out_dir: Path, env: dict) -> dict:
+    """The tuned run's greedy answers to the confirmation split, with the token limit the run's own eval used."""
+    config = json.loads((out_dir / "dogfood_state.json").read_text(encoding="utf-8"))["config"]
+    run = Path(json.loads((out_dir / "dogfood_summary.json").read_text(encoding="utf-8"))["run"])
+    out = out_dir / "eval" / "confirm_results.json"
     subprocess.run([str(REPO / "scripts" / "mens"), "eval-local", str(run), "--bench", str(CONFIRM), "--split", "all",
-                    "--modes", "greedy", "--max-new-tokens", "200", "-o", str(out)], check=True, env=env)
+                    "--modes", "greedy", "--max-new-tokens", str(config["max_new_tokens"]), "-o", str(out)],
+                   check=True, env=env)
     m = json.loads(out.read_text(encoding="utf-8"))["metrics"]
     return {"tasks": m["tasks"], "nonempty_parse_rate": m["nonempty_parse_rate"], "pass_at_1": m["pass_at_1"],
             "failures_by_category": m.get("failures_by_category")}
@@ -59,7 +63,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--from-dir", type=Path, help="Record a finished `mens dogfood -o DIR` instead of running one.")
-    ap.add_argument("--seed", type=int, default=0, help="Passed to `mens dogfood --seed` (default 0, its default).")
+    ap.add_argument("--seed", type=int, default=0, help="Passed to `mens dogfood --seed` (default 0, its default); "
+                    "with --from-dir the record names the run's own seed.")
     ap.add_argument("--confirm", action="store_true", help="Also evaluate the tuned run on the confirmation split.")
     ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/dogfood[-quick]-<host>.json).")
     args = ap.parse_args()
@@ -75,8 +80,7 @@ def main() -> None:
         wall = round(time.time() - t0, 1)
     result = record(out_dir, wall, args.quick)
     if args.confirm:
-        run = Path(json.loads((out_dir / "dogfood_summary.json").read_text(encoding="utf-8"))["run"])
-        result["confirm"] = confirm(run, out_dir / "eval" / "confirm_results.json", env)
+        result["confirm"] = confirm(out_dir, env)
     name = f"dogfood{'-quick' if args.quick else ''}-{socket.gethostname()}.json"
     dest = args.output or REPO / "bench" / "results" / name
     dest.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
