@@ -26,26 +26,30 @@ from machine import REPO, machine
 CONFIRM = REPO / "bench" / "confirm" / "vox_confirm.jsonl"
 
 
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def confirm(out_dir: Path, env: dict) -> dict:
     """The tuned run's greedy answers to the confirmation split, with the token limit the run's own eval used."""
-    config = json.loads((out_dir / "dogfood_state.json").read_text(encoding="utf-8"))["config"]
-    run = Path(json.loads((out_dir / "dogfood_summary.json").read_text(encoding="utf-8"))["run"])
+    config = _json(out_dir / "dogfood_state.json")["config"]
+    run = Path(_json(out_dir / "dogfood_summary.json")["run"])
     out = out_dir / "eval" / "confirm_results.json"
     subprocess.run([str(REPO / "scripts" / "mens"), "eval-local", str(run), "--bench", str(CONFIRM), "--split", "all",
                     "--modes", "greedy", "--max-new-tokens", str(config["max_new_tokens"]), "-o", str(out)],
                    check=True, env=env)
-    m = json.loads(out.read_text(encoding="utf-8"))["metrics"]
+    m = _json(out)["metrics"]
     return {"tasks": m["tasks"], "nonempty_parse_rate": m["nonempty_parse_rate"], "pass_at_1": m["pass_at_1"],
             "failures_by_category": m.get("failures_by_category")}
 
 
 def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
-    summary = json.loads((out_dir / "dogfood_summary.json").read_text(encoding="utf-8"))
-    state = json.loads((out_dir / "dogfood_state.json").read_text(encoding="utf-8"))
-    split = json.loads((out_dir / "data" / "heldout_split.json").read_text(encoding="utf-8"))
+    summary = _json(out_dir / "dogfood_summary.json")
+    state = _json(out_dir / "dogfood_state.json")
+    split = _json(out_dir / "data" / "heldout_split.json")
     run = Path(summary["run"])
-    bench = json.loads((run / "benchmark_results.json").read_text(encoding="utf-8"))
-    run_summary = json.loads((run / "run_summary.json").read_text(encoding="utf-8"))
+    bench = _json(run / "benchmark_results.json")
+    run_summary = _json(run / "run_summary.json")
     return {
         "bench": "dogfood", **machine(), "quick": quick, "seed": state["config"]["seed"], "command_wall_s": wall_s,
         "stage_seconds": summary["stage_seconds"], "total_stage_seconds": summary["total_stage_seconds"],
