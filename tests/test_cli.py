@@ -105,3 +105,23 @@ def test_dogfood_gate_verdict_says_an_unenforced_quick_gate_is_not_a_failure():
     assert gate_verdict(None, enforced=True) == "not run"
     assert gate_verdict(False, enforced=True) == "FAILED"
     assert gate_verdict(False, enforced=False).startswith("not met")
+
+
+def test_dogfood_served_tasks_flag_reaches_the_parity_stage_config(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import mens.dogfood
+
+    seen = {}
+
+    def fake_run(cfg):
+        seen["cfg"] = cfg
+        raise MensError("stop here")
+
+    monkeypatch.setattr(mens.dogfood, "run_dogfood", fake_run)
+    runner = CliRunner()
+    runner.invoke(cli_main.app, ["dogfood", "-o", str(tmp_path / "a"), "--served-tasks", "60"])
+    assert seen["cfg"].served_tasks == 60
+    runner.invoke(cli_main.app, ["dogfood", "-o", str(tmp_path / "b"), "--quick"])
+    assert seen["cfg"].served_tasks == 2  # unset: the quick default
+    assert runner.invoke(cli_main.app, ["dogfood", "--served-tasks", "0"]).exit_code == 2

@@ -36,6 +36,9 @@ def dogfood(
                                    help="Train on the bench's dev split answers (default: yes, unless --rounds 2)."),
     requests: bool = typer.Option(True, "--requests/--no-requests",
                                   help="Train on the shipped hand-written requests (default: yes)."),
+    served_tasks: int = typer.Option(None, "--served-tasks", min=1,
+                                     help="Held-out prompts also sent to the real server in the parity stage "
+                                          "(default 8, quick 2; a number >= the held-out count sends all)."),
     seed: int = typer.Option(0, "--seed", help="Seed for phrasings, synthetic data and the mix."),
     resume: bool = typer.Option(False, "--resume", help="Continue a run in --output-dir, skipping finished stages."),
 ) -> int:
@@ -48,7 +51,7 @@ def dogfood(
                         learning_rate=lr, synthetic=synthetic, tasks=tasks, limit=limit, max_new_tokens=max_new_tokens,
                         modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
                         gates=None if gates is None else Path(gates), rounds=rounds, seed=seed,
-                        dev_pairs=dev_pairs, requests=requests, resume=resume)
+                        dev_pairs=dev_pairs, requests=requests, served_tasks=served_tasks, resume=resume)
     s = run_dogfood(cfg)
     typer.echo(f"base model:  non-empty parse rate {_f(s['base']['nonempty_parse_rate'])}, "
                f"pass@1 {_f(s['base']['pass_at_1'])}")
