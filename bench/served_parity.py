@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/served-parity-<host>.json).")
     args = ap.parse_args()
 
-    from mens.dogfood.parity import compare_results, compare_served, served_answers
+    from mens.dogfood.parity import compare_results, compare_served, greedy_results, served_answers
     from mens.evaluate.bench import load_bench
     from mens.lang import get_language
 
@@ -36,7 +36,9 @@ def main() -> None:
     config = _json(out_dir / "dogfood_state.json")["config"]
     run = Path(_json(out_dir / "dogfood_summary.json")["run"])
     tuned = _json(run / "benchmark_results.json")
-    adapter = tuned["results"] if tuned.get("main_mode") == "greedy" else tuned["results_by_mode"]["greedy"]
+    adapter = greedy_results(tuned)
+    if adapter is None:
+        raise SystemExit(f"{run / 'benchmark_results.json'}: the tuned model was not evaluated greedily")
     merged = _json(out_dir / "eval" / "merged_results.json")["results"]
     tasks = load_bench(out_dir / "bench" / "heldout.jsonl")
     if config.get("limit"):

@@ -63,6 +63,13 @@ def served_answers(model_dir: Path, tasks: list[BenchTask], max_tokens: int, dev
         thread.join(timeout=10)
 
 
+def greedy_results(bench_doc: dict) -> list[dict] | None:
+    """The greedy per-task results of an eval-local result document (None when greedy was not among its modes)."""
+    if bench_doc.get("main_mode") == "greedy":
+        return bench_doc["results"]
+    return bench_doc.get("results_by_mode", {}).get("greedy")
+
+
 def compare_results(adapter: list[dict], merged: list[dict]) -> dict:
     """Per-task pass/fail of two bench result lists (first sample each), and where they differ."""
     a = {r["id"]: r["samples"][0] for r in adapter}

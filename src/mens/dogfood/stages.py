@@ -295,13 +295,13 @@ def merge(ctx: Context) -> str:
 def parity(ctx: Context) -> str:
     """The gain survives the merge: the merged model (and, for the first tasks, the real server) give the same
     task results as the adapter, greedy, on the same prompts. Differences are recorded, not hidden."""
-    from mens.dogfood.parity import compare_results, compare_served, served_answers
+    from mens.dogfood.parity import compare_results, compare_served, greedy_results, served_answers
     from mens.evaluate.local import eval_local
     from mens.lang import get_language
     from mens.model.lora import has_adapter
 
     tuned = json.loads((ctx.run / "benchmark_results.json").read_text(encoding="utf-8"))
-    adapter = tuned["results"] if tuned.get("main_mode") == "greedy" else tuned.get("results_by_mode", {}).get("greedy")
+    adapter = greedy_results(tuned)
     if adapter is None:
         return "skipped: the tuned model was not evaluated greedily (add greedy to --modes)"
     out = eval_local(ctx.path("merged"), str(ctx.path("bench", "heldout.jsonl")), language=LANGUAGE, modes=["greedy"],
