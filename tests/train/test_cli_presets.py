@@ -48,6 +48,34 @@ def test_recommended_presets():
     assert recommend_preset("cuda", 16) == "qwen_4080_16g" and recommend_preset("cuda", 80) == "gpu_80g"
 
 
+@pytest.mark.parametrize(("reported_gib", "preset"), [
+    (7.6, "4080_safe"), (11.7, "gpu_12g"), (15.6, "qwen_4080_16g"), (23.6, "gpu_24g"), (47.5, "gpu_48g"),
+    (79.2, "gpu_80g"), (139.8, "gpu_80g"), (5.8, "4080_safe")])
+def test_each_card_size_gets_its_tier(reported_gib, preset):
+    """A card reports a little under its nominal size (torch's total memory in GiB); it still gets its tier."""
+    assert recommend_preset("cuda", reported_gib) == preset
+
+
+def test_gpu_presets_have_no_lora_dropout():
+    from mens.train.presets import card_presets
+
+    for name in card_presets().values():
+        assert load_preset(name).get("lora_dropout") == 0.0, name
+
+
+def test_probe_names_a_preset_per_card_and_whether_a_qwen_fits(tmp_path):
+    from mens.train.probe import card_table
+
+    qwen15 = {"model_type": "qwen2", "hidden_size": 1536, "num_hidden_layers": 28, "vocab_size": 151936,
+              "intermediate_size": 8960, "num_attention_heads": 12, "num_key_value_heads": 2,
+              "tie_word_embeddings": True}
+    rows = card_table(qwen15)
+    assert [r["card_gb"] for r in rows] == [8, 12, 16, 24, 48, 80]
+    assert all(r["estimate_gb"] > 0 and r["fits"] == (r["estimate_gb"] <= 0.9 * r["card_gb"]) for r in rows)
+    assert [r["preset"] for r in card_table(None)] == [r["preset"] for r in rows]
+    assert "estimate_gb" not in card_table(None)[0]
+
+
 @pytest.mark.parametrize("cmd", [["train", "--help"], ["probe", "--help"], ["status", "--help"]])
 def test_help_exits_zero(cmd):
     done = subprocess.run([sys.executable, "-m", "mens", *cmd], capture_output=True, text=True, timeout=60)

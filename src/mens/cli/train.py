@@ -157,6 +157,11 @@ def probe(
         e = rep["estimate"]
         typer.echo(f"estimate for {rep['model']}: ~{e['total_gb']} GB peak ({e['backend']}, {e['params_m']}M params)"
                    + ("" if "fits" not in e else ("; fits" if e["fits"] else "; does NOT fit")))
+    typer.echo("preset by GPU memory" + (" (estimate for this model)" if "estimate" in rep else "") + ":")
+    for row in rep["cards"]:
+        est = "" if "estimate_gb" not in row else (f"  ~{row['estimate_gb']} GB {row['backend']}, "
+                                                   + ("fits" if row["fits"] else "does NOT fit"))
+        typer.echo(f"  {row['card_gb']:>4g} GB  {row['preset']:<14}{est}")
     return 0
 
 

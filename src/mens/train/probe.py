@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mens.train.presets import load_preset, recommend_preset
+from mens.train.presets import card_presets, load_preset, recommend_preset
 
 _BYTES_PER_WEIGHT = {"qlora": 0.56, "lora": 2.0, "full": 4.0}  # NF4 + double-quant scales; bf16; f32 master
 
@@ -72,19 +72,38 @@ def estimate_memory_gb(model_config: dict, *, backend: str, r: int, seq_len: int
     return {"total_gb": round(gb, 2), "weights_gb": round(weights / 2**30, 2), "params_m": round(total / 1e6, 1)}
 
 
+def _preset_estimate(cfg: dict, preset: dict) -> dict:
+    """The memory estimate of training `cfg`'s model with a preset's settings."""
+    backend = preset.get("backend", "qlora")
+    return {"backend": backend, **estimate_memory_gb(
+        cfg, backend=backend, r=preset.get("r", 16), seq_len=preset.get("seq_len", 512),
+        batch_size=preset.get("batch_size", 4), gradient_checkpointing=preset.get("gradient_checkpointing", False))}
+
+
+def card_table(cfg: dict | None) -> list[dict]:
+    """Per GPU size (8, 12, 16, 24, 48, 80 GB): the preset mens picks and, given a model config, whether it fits."""
+    rows = []
+    for gb, name in card_presets().items():
+        row = {"card_gb": gb, "preset": name}
+        if cfg is not None:
+            est = _preset_estimate(cfg, load_preset(name))
+            row.update(estimate_gb=est["total_gb"], backend=est["backend"], fits=est["total_gb"] <= 0.9 * gb)
+        rows.append(row)
+    return rows
+
+
 def probe_report(model_dir: Path | None, device: str = "auto") -> dict:
-    """What `mens probe` prints: device, memory, recommended preset, memory estimate for the model."""
+    """What `mens probe` prints: device, memory, recommended preset, memory estimate, the preset per card size."""
     dev = probe_device(device)
     name = recommend_preset(dev["kind"], dev.get("memory_gb"))
     preset = load_preset(name)
     out = {"device": dev, "recommended_preset": name, "preset": preset}
+    cfg = None
     if model_dir is not None and (model_dir / "config.json").is_file():
         cfg = json.loads((model_dir / "config.json").read_text())
-        backend = preset.get("backend", "qlora")
         out["model"] = str(model_dir)
-        out["estimate"] = {"backend": backend, **estimate_memory_gb(
-            cfg, backend=backend, r=preset.get("r", 16), seq_len=preset.get("seq_len", 512),
-            batch_size=preset.get("batch_size", 4), gradient_checkpointing=preset.get("gradient_checkpointing", False))}
+        out["estimate"] = _preset_estimate(cfg, preset)
         if dev.get("memory_gb"):
             out["estimate"]["fits"] = out["estimate"]["total_gb"] <= 0.9 * dev["memory_gb"]
+    out["cards"] = card_table(cfg)
     return out
