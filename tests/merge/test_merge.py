@@ -82,3 +82,25 @@ def test_full_finetune_run_exports_its_own_weights(tmp_path, make_tiny_run):
     (run / "training_manifest.json").write_text(json.dumps({"backend": "lora"}))  # weights, but not a full run
     with pytest.raises(ModelError, match="no adapter"):
         merge_adapter(run, tmp_path / "m2")
+
+
+def test_merged_model_without_a_system_message_prompts_and_answers_as_mens_eval(tmp_path, make_tiny_run):
+    """Plain transformers on the merged dir, no system message: the prompt mens trained and evaluated with, token
+    for token, and the greedy answer of the run (base + adapter) that eval-local scores."""
+    from mens.model.generate import chat_input_ids
+
+    model, run, _ = make_tiny_run("lora")
+    out = merge_adapter(run, tmp_path / "merged")
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    merged = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    run_tok = transformers.AutoTokenizer.from_pretrained(run)
+    for task in ("Write a Vox fn that adds one.", "Declare a table of users."):
+        user = [{"role": "user", "content": task}]
+        mens_ids = chat_input_ids(run_tok, user, "You write Vox.")  # what eval-local and serve send
+        plain = tok.apply_chat_template(user, add_generation_prompt=True, return_dict=True)["input_ids"]
+        assert plain == mens_ids
+        kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
+        with torch.no_grad():
+            want = model.generate(input_ids=torch.tensor([mens_ids]), **kw)
+            got = merged.generate(torch.tensor([plain]), **kw)
+        assert got.tolist() == want.tolist()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mens.errors import ModelError, UsageError
 from mens.merge.handoff import ollama_modelfile, write_handoff
+from mens.model.chat_template import save_tokenizer
 from mens.model.inference import SYSTEM_PROMPT_FILE, resolve_base
 from mens.model.load import weights_sha256
 from mens.model.lora import ADAPTER_FILES
@@ -54,7 +55,7 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     if getattr(model.config, "quantization_config", None) is not None:
         del model.config.quantization_config
     model.save_pretrained(tmp, safe_serialization=True, max_shard_size="2GB")
-    tokenizer.save_pretrained(tmp)
+    save_tokenizer(tokenizer, tmp, manifest.get("system_prompt"))  # the trained prompt is the default
     stops = sorted(stop_token_ids(tokenizer, model))
     gen = GenerationConfig(eos_token_id=stops if len(stops) > 1 else stops[0], do_sample=False,
                            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0],

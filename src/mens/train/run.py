@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mens.errors import ConfigError, DataError, ModelError
+from mens.model.chat_template import save_tokenizer
 from mens.model.load import load_base, load_tokenizer, model_dir_problems, resolve_model, weights_sha256
 from mens.train import distributed, fsdp
 from mens.train.checkpoint import latest_checkpoint, load_checkpoint, save_weights
@@ -319,7 +320,7 @@ def run_training(cfg: TrainConfig) -> dict:
     if d.main:
         pf.write()
         write_json(run / MANIFEST, manifest)
-        inp.tokenizer.save_pretrained(run)
+        save_tokenizer(inp.tokenizer, run, inp.system_prompt)
         if cfg.backend == "full" and inp.system_prompt:
             (run / SYSTEM_PROMPT_FILE).write_text(inp.system_prompt, encoding="utf-8")
     plan = inp.plan
