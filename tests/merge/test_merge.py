@@ -104,3 +104,17 @@ def test_merged_model_without_a_system_message_prompts_and_answers_as_mens_eval(
             want = model.generate(input_ids=torch.tensor([mens_ids]), **kw)
             got = merged.generate(torch.tensor([plain]), **kw)
         assert got.tolist() == want.tolist()
+
+
+def test_handoff_commands_use_absolute_paths_and_the_modelfile_writes_the_system_turn_once(tmp_path, make_tiny_run,
+                                                                                          monkeypatch):
+    _, run, _ = make_tiny_run("lora")
+    monkeypatch.chdir(tmp_path)
+    out = merge_adapter(run.relative_to(tmp_path), "merged")  # relative paths, as a user types them
+    commands = json.loads((tmp_path / "merged" / "external_serving_handoff_v1.json").read_text())["commands"]
+    for key in ("vllm_merged", "vllm_base_plus_lora", "ollama"):
+        assert str(tmp_path / "merged") in commands[key] or str(tmp_path / "run") in commands[key], commands[key]
+    assert f"--lora-modules run={tmp_path / 'run'}" in commands["vllm_base_plus_lora"]
+    template = (tmp_path / out / "Modelfile").read_text().split('TEMPLATE """')[1].split('"""')[0]
+    # .System carries the caller's system message (else SYSTEM); .Messages holds it too and must not repeat it
+    assert template.count("{{ .System }}") == 1 and 'if ne .Role "system"' in template

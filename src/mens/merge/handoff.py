@@ -7,10 +7,12 @@ from pathlib import Path
 
 HANDOFF_SCHEMA = "vox_external_serving_handoff_v1"
 
+# Ollama hands a system message to the template twice: as .System (the caller's, else the Modelfile's SYSTEM) and
+# inside .Messages. The system turn is written once, from .System, and system entries of .Messages are skipped.
 _CHATML_TEMPLATE = (
     "{{- if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}"
-    "{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n{{ end }}"
-    "<|im_start|>assistant\n"
+    "{{- range .Messages }}{{- if ne .Role \"system\" }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n"
+    "{{ end }}{{- end }}<|im_start|>assistant\n"
 )
 
 
@@ -30,6 +32,10 @@ def write_handoff(out: Path, *, name: str, base_model: str, run_dir: Path | None
                   modelfile: bool, stops: list[str]) -> Path:
     """Ready commands for vLLM (merged dir; base + LoRA when the run has an adapter) and Ollama, next to the
     merged model. `run_dir` None: a full fine-tune, nothing to serve beside the merged directory."""
+    out = Path(out).resolve()  # the commands work from any directory, not only where merge ran
+    run_dir = None if run_dir is None else Path(run_dir).resolve()
+    if Path(base_model).exists():  # a local base directory (a hub id stays as it is)
+        base_model = str(Path(base_model).resolve())
     commands = {"vllm_merged": f"vllm serve {out} --served-model-name {name}"}
     if run_dir is not None:
         commands["vllm_base_plus_lora"] = (f"vllm serve {base_model} --enable-lora --lora-modules {name}={run_dir}"
