@@ -39,7 +39,7 @@ def test_merged_dir_matches_base_plus_adapter(tmp_path, make_tiny_run, backend, 
     assert 'PARAMETER stop "<|im_end|>"' in modelfile and "You write Vox." in modelfile
     handoff = json.loads((out / "external_serving_handoff_v1.json").read_text())
     assert handoff["schema"] == "vox_external_serving_handoff_v1"
-    assert "--enable-lora" in handoff["commands"]["vllm_base_plus_lora"]
+    assert "--enable-lora" in json.loads((out / "serving.json").read_text())["commands"]["vllm_base_plus_lora"]
 
 
 def test_merge_refuses_bad_inputs(tmp_path, make_tiny_run):
@@ -77,7 +77,8 @@ def test_full_finetune_run_exports_its_own_weights(tmp_path, make_tiny_run):
     assert torch.equal(got, want)
     assert "You write Vox." in (out / "Modelfile").read_text()
     handoff = json.loads((out / "external_serving_handoff_v1.json").read_text())
-    assert handoff["adapter_path"] is None and "vllm_base_plus_lora" not in handoff["commands"]
+    assert handoff["adapter_path"] is None
+    assert "vllm_base_plus_lora" not in json.loads((out / "serving.json").read_text())["commands"]
     assert handoff["base_model"] == "tiny-base"
     (run / "training_manifest.json").write_text(json.dumps({"backend": "lora"}))  # weights, but not a full run
     with pytest.raises(ModelError, match="no adapter"):
@@ -111,7 +112,7 @@ def test_handoff_commands_use_absolute_paths_and_the_modelfile_writes_the_system
     _, run, _ = make_tiny_run("lora")
     monkeypatch.chdir(tmp_path)
     out = merge_adapter(run.relative_to(tmp_path), "merged")  # relative paths, as a user types them
-    commands = json.loads((tmp_path / "merged" / "external_serving_handoff_v1.json").read_text())["commands"]
+    commands = json.loads((tmp_path / "merged" / "serving.json").read_text())["commands"]
     for key in ("vllm_merged", "vllm_base_plus_lora", "ollama"):
         assert str(tmp_path / "merged") in commands[key] or str(tmp_path / "run") in commands[key], commands[key]
     assert f"--lora-modules run={tmp_path / 'run'}" in commands["vllm_base_plus_lora"]

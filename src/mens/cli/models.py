@@ -81,7 +81,8 @@ def merge(
     from mens.merge.merge import merge_adapter
 
     out = merge_adapter(run, output, check_sha=not skip_sha_check)
-    typer.echo(f"merged model: {out}\nserving hand-off: {out / 'external_serving_handoff_v1.json'}")
+    typer.echo(f"merged model: {out}\nserving hand-off: {out / 'external_serving_handoff_v1.json'}\n"
+               f"ready commands: {out / 'serving.json'}")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""`external_serving_handoff_v1.json` and an Ollama Modelfile whose template and stops match training."""
+"""`external_serving_handoff_v1.json` (the original's schema), `serving.json` (ready commands and stop strings) and
+an Ollama Modelfile whose template and stops match training."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from pathlib import Path
 
 HANDOFF_SCHEMA = "vox_external_serving_handoff_v1"
+HANDOFF_FILE = "external_serving_handoff_v1.json"
+SERVING_FILE = "serving.json"
 
 # Ollama hands a system message to the template twice: as .System (the caller's, else the Modelfile's SYSTEM) and
 # inside .Messages. The system turn is written once, from .System, and system entries of .Messages are skipped.
@@ -43,6 +46,8 @@ def write_handoff(out: Path, *, name: str, base_model: str, run_dir: Path | None
     commands["transformers"] = f"AutoModelForCausalLM.from_pretrained({str(out)!r})"
     if modelfile:
         commands["ollama"] = f"cd {out} && ollama create {name} -f Modelfile && ollama run {name}"
+    # The hand-off keeps the original's schema exactly (no extra keys: its JSON schema forbids them); the ready
+    # commands and stop strings go to serving.json beside it.
     doc = {
         "schema": HANDOFF_SCHEMA,
         "schema_version": 1,
@@ -52,11 +57,11 @@ def write_handoff(out: Path, *, name: str, base_model: str, run_dir: Path | None
         "adapter_path": None if run_dir is None else str(run_dir),
         "tokenizer_source": str(out / "tokenizer.json"),
         "prompt_format": "chatml_im_start" if modelfile else "tokenizer_chat_template",
-        "stop": stops,
-        "commands": commands,
-        "notes": "The merged directory loads with plain transformers; prompts must use its chat template and "
-                 "the training system prompt (see Modelfile / chat_template.jinja).",
+        "notes": "The merged directory loads with plain transformers; its chat template adds the training system "
+                 f"prompt when a request has none. Ready commands and stop strings: {out / SERVING_FILE}.",
     }
-    path = out / "external_serving_handoff_v1.json"
+    path = out / HANDOFF_FILE
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    serving = {"name": name, "stop": stops, "commands": commands}
+    (out / SERVING_FILE).write_text(json.dumps(serving, indent=2) + "\n", encoding="utf-8")
     return path

@@ -10,7 +10,7 @@ from pathlib import Path
 from mens.errors import MensError
 from mens.train.manifest import EXECUTION_KERNEL, PREFLIGHT, write_json
 
-PREFLIGHT_SCHEMA = "mens.preflight.v1"
+PREFLIGHT_SCHEMA = "vox.mens.preflight.v0"  # the original's id (contracts/training-preflight.schema.json)
 
 
 class Preflight:
@@ -45,7 +45,8 @@ class Preflight:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_json(self.run_dir / PREFLIGHT, {
             "schema_version": PREFLIGHT_SCHEMA, "execution_kernel": EXECUTION_KERNEL,
-            "contract_digest": self.contract_digest, "passed": all(c["ok"] for c in self.checks),
+            # the original's schema wants a non-empty string, also when a check failed before the digest existed
+            "contract_digest": self.contract_digest or "unresolved", "passed": all(c["ok"] for c in self.checks),
             "checks": self.checks})
 
 
