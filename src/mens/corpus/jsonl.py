@@ -1,47 +1,38 @@
 """Reading and writing JSONL without losing a line: every non-blank line is a record or a `BadLine`.
 
-Bad lines (not UTF-8, malformed JSON, not an object, longer than the trainer accepts) keep their raw text so
-that the rejects file holds them. Run: used by every `mens corpus` command that reads JSONL.
+Bad lines (not UTF-8, malformed or too deeply nested JSON, not an object, lone surrogates or NUL characters,
+longer than the trainer accepts) keep their raw text so that the rejects file holds them. Writes are atomic.
+Run: used by every `mens corpus` command that reads or writes JSONL.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from mens.corpus.records import MAX_LINE_BYTES, BadLine
+from mens.corpus.atomic import atomic_writer
+from mens.corpus.jsonrow import LongLine, check_file_size, decode_line, iter_lines, parse_row
+from mens.corpus.records import BadLine
 from mens.errors import DataError, UsageError
 
 
 def read_objects(path: str | Path) -> Iterator[tuple[int, dict | BadLine]]:
-    """Yield `(line_no, dict | BadLine)` for each non-blank line; never raises on content."""
+    """Yield `(line_no, dict | BadLine)` for each non-blank line; never raises on content (DataError on size)."""
     path = Path(path)
-    with path.open("rb") as f:
-        for no, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            if len(raw) > MAX_LINE_BYTES:
-                reason = f"line_too_long: {len(raw)} bytes > {MAX_LINE_BYTES} allowed (the trainer's limit)"
-                yield no, BadLine(str(path), no, reason, raw.decode("utf-8", "replace").rstrip("\n"))
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                reason = f"not_utf8: invalid byte 0x{raw[e.start]:02x} at column {e.start + 1}"
-                yield no, BadLine(str(path), no, reason, raw.decode("utf-8", "replace").rstrip("\n"))
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                yield no, BadLine(str(path), no, f"malformed_json: {e.msg} (col {e.colno})", text.rstrip("\n"))
-                continue
-            if not isinstance(obj, dict):
-                reason = f"not_object: expected a JSON object, got {type(obj).__name__}"
-                yield no, BadLine(str(path), no, reason, text.rstrip("\n"))
-                continue
-            yield no, obj
+    for no, raw in iter_lines(path):
+        if isinstance(raw, LongLine):
+            yield no, BadLine(str(path), no, raw.reason, raw.head.decode("utf-8", "replace"))
+            continue
+        text = decode_line(raw)
+        if isinstance(text, tuple):
+            yield no, BadLine(str(path), no, text[0], text[1].rstrip("\n"))
+            continue
+        obj = parse_row(text)
+        if isinstance(obj, str):
+            yield no, BadLine(str(path), no, obj, text.rstrip("\n"))
+            continue
+        yield no, obj
 
 
 def reason_code(reason: str) -> str:
@@ -50,38 +41,40 @@ def reason_code(reason: str) -> str:
 
 
 def require_input(path: str | Path, stage: str) -> Path:
-    """`path` as a Path; UsageError if missing, DataError if it holds no non-blank line."""
+    """`path` as a Path; UsageError if missing, DataError if too large or it holds no non-blank line."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"{path}: no such file; `mens corpus {stage}` needs an existing JSONL input")
+    check_file_size(path)
     with path.open("rb") as f:
-        if not any(line.strip() for line in f):
-            raise DataError(f"{path}: file is empty (0 records, expected at least 1); "
-                            f"run the previous stage again or point `mens corpus {stage}` at another file")
-    return path
+        for block in iter(lambda: f.read(1 << 20), b""):
+            if block.strip():
+                return path
+    raise DataError(f"{path}: file is empty (0 records, expected at least 1); "
+                    f"run the previous stage again or point `mens corpus {stage}` at another file")
 
 
 def dumps(obj: dict) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def write_jsonl(path: str | Path, rows: Iterable[dict], append: bool = False) -> int:
-    """Write rows (one compact JSON object a line); atomic (temp file + rename) unless appending."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def jsonl_line(row: dict) -> bytes:
+    """One JSONL line as UTF-8. Text that UTF-8 cannot hold (a lone surrogate) is kept as its JSON escape,
+    so it is written losslessly and the next reader rejects that row with a reason."""
+    text = dumps(row) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (json.dumps(row, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict]) -> int:
+    """Write rows (one compact JSON object a line) atomically: temp file, fsync, rename; returns the count."""
     n = 0
-    if append:
-        with path.open("a", encoding="utf-8") as f:
-            for row in rows:
-                f.write(dumps(row) + "\n")
-                n += 1
-        return n
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
+    with atomic_writer(path, binary=True) as f:
         for row in rows:
-            f.write(dumps(row) + "\n")
+            f.write(jsonl_line(row))
             n += 1
-    os.replace(tmp, path)
     return n
 
 

@@ -6,7 +6,6 @@ This module is the contract between the corpus tools and the trainer. No torch.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +13,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from mens.corpus.jsonrow import LongLine, decode_line, iter_lines, parse_row
+from mens.corpus.limits import MAX_LINE_BYTES
+
 SCHEMA_VERSION = "vox_dogfood_v1"
-MAX_LINE_BYTES = 1_000_000
 
 
 class Message(BaseModel):
@@ -102,31 +103,29 @@ class BadLine:
 
 
 def read_pairs(path: str | Path) -> Iterator[tuple[int, TrainPair | BadLine]]:
-    """Yield `(line_no, TrainPair | BadLine)` for every non-blank line; never raises on bad content."""
+    """Yield `(line_no, TrainPair | BadLine)` for every non-blank line; never raises on bad content.
+
+    Uses the corpus tools' bounded reader (mens.corpus.jsonrow): line size, JSON depth, lone surrogates and NUL
+    characters are checked the same way for the trainer as for `mens corpus validate`.
+    """
     path = Path(path)
-    with path.open("rb") as f:
-        for no, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            if len(raw) > MAX_LINE_BYTES:
-                yield no, BadLine(str(path), no, f"line is {len(raw)} bytes > {MAX_LINE_BYTES} allowed", "")
-                continue
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                yield no, BadLine(str(path), no, f"not UTF-8 (byte {e.start})", raw.decode("utf-8", "replace"))
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                yield no, BadLine(str(path), no, f"malformed JSON: {e.msg} (col {e.colno})", text.rstrip("\n"))
-                continue
-            if not isinstance(obj, dict):
-                yield no, BadLine(str(path), no, f"expected a JSON object, got {type(obj).__name__}", text.rstrip())
-                continue
-            try:
-                yield no, TrainPair.model_validate(obj)
-            except ValidationError as e:
-                first = e.errors()[0]
-                where = ".".join(str(p) for p in first["loc"]) or "record"
-                yield no, BadLine(str(path), no, f"{where}: {first['msg']}", text.rstrip("\n"))
+    for no, raw in iter_lines(path):
+        if isinstance(raw, LongLine):
+            yield no, BadLine(str(path), no, f"line is {raw.size} bytes > {MAX_LINE_BYTES} allowed", "")
+            continue
+        text = decode_line(raw)
+        if isinstance(text, tuple):
+            yield no, BadLine(str(path), no, f"not UTF-8 ({text[0].split(': ', 1)[1]})", text[1].rstrip("\n"))
+            continue
+        obj = parse_row(text)
+        if isinstance(obj, str):
+            code, detail = obj.split(": ", 1)
+            reason = f"malformed JSON: {detail}" if code == "malformed_json" else obj
+            yield no, BadLine(str(path), no, reason, text.rstrip("\n"))
+            continue
+        try:
+            yield no, TrainPair.model_validate(obj)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "record"
+            yield no, BadLine(str(path), no, f"{where}: {first['msg']}", text.rstrip("\n"))

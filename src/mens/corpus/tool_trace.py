@@ -10,6 +10,8 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mens.corpus.jsonrow import parse_json_value
+
 TOOL_TRACE_FIELDS = ("task_prompt", "tool_name", "arguments_json", "result_json", "success")
 TOOL_PROMPT = ("[vox_tool_supervision]\nTask:\n{task}\n\nRespond with a single JSON object describing the tool "
                "call and outcome. Use keys: tool_name (string), arguments (object), result (any), "
@@ -35,10 +37,10 @@ def is_tool_trace(obj: dict) -> bool:
 
 
 def _json_or_text(raw: str):
-    try:
-        return json.loads(raw)
-    except (TypeError, ValueError):
-        return raw
+    """The JSON value held in a string field, or the string itself when it is not JSON that can be kept
+    (malformed, nested without bound, or holding a lone surrogate)."""
+    value, problem = parse_json_value(raw)
+    return raw if problem else value
 
 
 def tool_trace_to_pair(rec: ToolTraceRecord) -> dict:

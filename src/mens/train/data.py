@@ -48,7 +48,14 @@ class Dataset:
 
 def read_examples(path: Path, tokenizer, *, seq_len: int, ce_last_k: int, system_prompt: str | None,
                   min_rating: int) -> tuple[list[Example], dict[str, int], int]:
-    """Encode every good row; any bad line is a DataError listing file:line and the reason."""
+    """Encode every good row; any bad line is a one-line DataError listing file:line and the reason.
+
+    Rows come from the bounded reader (`read_pairs`): line size, JSON depth, lone surrogates and NUL characters are
+    rejected per row, so a hostile row is reported here and never reaches the tokenizer. Bad rows stop the run
+    rather than being skipped, because a train file is the output of `mens corpus validate`/`pairs`: a bad row in
+    it means the file was edited or truncated, and training on the rest would hide that. The file size is capped
+    (MAX_JSONL_FILE_BYTES), a DataError before anything is read.
+    """
     bad: list[BadLine] = []
     examples: list[Example] = []
     skipped: dict[str, int] = {}
@@ -69,11 +76,11 @@ def read_examples(path: Path, tokenizer, *, seq_len: int, ce_last_k: int, system
             skipped["token id out of vocabulary"] = skipped.get("token id out of vocabulary", 0) + 1
             continue
         examples.append(ex)
-    if bad:
-        shown = "\n  ".join(str(b) for b in bad[:10])
-        more = f"\n  … and {len(bad) - 10} more" if len(bad) > 10 else ""
-        raise DataError(f"{path}: {len(bad)} of {n} lines are not valid train.jsonl records:\n  {shown}{more}\n"
-                        f"Fix or drop them (`mens corpus validate` writes rejects with reasons), then re-run")
+    if bad:  # one line: each bad row's file:line and reason (the first 10)
+        shown = "; ".join(str(b) for b in bad[:10])
+        more = f"; … and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise DataError(f"{path}: {len(bad)} of {n} lines are not valid train.jsonl records: {shown}{more}. "
+                        "Fix or drop them (`mens corpus validate` writes rejects with reasons), then re-run")
     return examples, skipped, n
 
 
