@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from mens.corpus.normalize import code_spans
 from mens.lang import Language
 
+SPLIT_PARSE_BUDGET = 4
+"""Splitting may parse at most this many times the text's length (plus 64 KB) before it gives up."""
+
 
 @dataclass
 class DeclSlice:
@@ -87,9 +90,15 @@ def split_decls(lang: Language, text: str, comment: str = "//") -> list[DeclSlic
     lines = text.splitlines()
     slices: list[DeclSlice] = []
     pending: tuple[int, int] | None = None
+    # Merging re-parses a growing prefix; text whose column-0 lines sit inside a string literal would make that
+    # quadratic, so the parse work is capped at a few times the text and the split is abandoned beyond it.
+    budget = SPLIT_PARSE_BUDGET * len(text) + 65_536
     for start, end in _segments(lines, comment):
         lo = pending[0] if pending else start
         code = "\n".join(lines[lo:end]) + "\n"
+        budget -= len(code)
+        if budget < 0:
+            return None
         res = lang.parse(code)
         if res.ok and res.decls:
             slices.append(DeclSlice(list(res.decls), lo + 1, end, code, _leading_comment(lines, lo, comment),

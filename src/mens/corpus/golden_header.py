@@ -9,9 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+# No pattern lets two unbounded runs compete for the same characters (each would backtrack quadratically on a
+# long line); free text is captured with a plain `.*` and stripped in Python.
 _ANCHOR = re.compile(r"^\s*(?P<c>//|#)\s*ANCHOR(?P<end>_END)?:\s*(?P<name>[\w.-]+)\s*$")
-_PROMPT = re.compile(r"^\s*(?://|#)\s*@training_prompt:\s*(?P<text>.*\S)\s*$")
-_KEY = re.compile(r"^\s*(?://|#)\s*(?P<key>[A-Za-z_][\w-]*)\s*:\s*(?P<value>.*?)\s*$")
+_PROMPT = re.compile(r"^\s*(?://|#)\s*@training_prompt:(?P<text>.*)$")
+_KEY = re.compile(r"^\s*(?://|#)\s*(?P<key>[A-Za-z_][\w-]*)\s*:(?P<value>.*)$")
 _FENCE = re.compile(r"^\s*(?://|#)\s*---\s*$")
 
 
@@ -81,15 +83,15 @@ def parse_header(text: str) -> Header:
                 for k in range(i + 1, j):
                     m = _KEY.match(lines[k])
                     if m:
-                        header.meta[m["key"]] = _value(m["value"])
+                        header.meta[m["key"]] = _value(m["value"].strip())
                 break
             if not lines[j].lstrip().startswith(("//", "#")):
                 break  # not a frontmatter block after all
     open_anchors: dict[str, int] = {}
     for no, line in enumerate(lines, start=1):
         m = _PROMPT.match(line)
-        if m:
-            header.training_prompt = header.training_prompt or m["text"]
+        if m and m["text"].strip():
+            header.training_prompt = header.training_prompt or m["text"].strip()
             header.header_lines.add(no)
             continue
         m = _ANCHOR.match(line)

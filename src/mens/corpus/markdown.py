@@ -9,14 +9,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import yaml
+from mens.corpus.safe_yaml import parse_yaml
+from mens.errors import ConfigError
 
 SKIP_MARKERS = ("vox:skip", "Skip-Test", "todo!(", "empty-body", "{{#include")
 """Upstream doc-test skip sentinels: a block holding one is not required to parse, so it is not trained on."""
 
 _FENCE_OPEN = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^\s`]*)")
-_HEADING = re.compile(r"^\s{0,3}(?P<hashes>#{1,6})\s+(?P<text>.+?)\s*#*\s*$")
-_LINK = re.compile(r"\[([^\]]+)\]\([^)]*\)")
+_HEADING_OPEN = re.compile(r"\s{0,3}#{1,6}\s")
+# Link text and target stop at the next bracket/paren, so a page of unclosed `[` or `(` scans linearly.
+_LINK = re.compile(r"\[([^\[\]]+)\]\([^()]*\)")
+_BULLET = re.compile(r"([-*+]|\d+\.)\s+")
 MAX_CONTEXT_CHARS = 400
 
 
@@ -40,9 +43,9 @@ def parse_frontmatter(text: str) -> tuple[dict, int]:
     lines = text.splitlines()
     for i in range(1, len(lines)):
         if lines[i].strip() == "---":
-            try:
-                meta = yaml.safe_load("\n".join(lines[1:i])) or {}
-            except yaml.YAMLError:
+            try:  # bounded: size cap, no aliases, no unbounded nesting (a page is data, not a config)
+                meta = parse_yaml("\n".join(lines[1:i]), "frontmatter") or {}
+            except ConfigError:
                 meta = {}
             return (meta if isinstance(meta, dict) else {}), i + 2
     return {}, 1
@@ -66,9 +69,23 @@ def _prose(lines: list[str]) -> str:
         s = line.strip()
         if not s or s.startswith((">", "|", "<!--", "---")):
             continue
-        out.append(re.sub(r"^([-*+]|\d+\.)\s+", "", s))
-    text = _LINK.sub(r"\1", " ".join(out)).replace("**", "").replace("__", "")
+        m = _BULLET.match(s)
+        out.append(s[m.end():] if m else s)
+    # only the first MAX_CONTEXT_CHARS are kept, so the link rewrite needs no more than a few times that
+    text = _LINK.sub(r"\1", " ".join(out)[: 8 * MAX_CONTEXT_CHARS]).replace("**", "").replace("__", "")
     return text if len(text) <= MAX_CONTEXT_CHARS else text[: MAX_CONTEXT_CHARS].rsplit(" ", 1)[0] + " …"
+
+
+def heading_text(line: str) -> str | None:
+    """The text of an ATX heading line (`## Title ##` -> `Title`), or None; plain string scans, no backtracking."""
+    m = _HEADING_OPEN.match(line)
+    if not m:
+        return None
+    text = line[m.end():].strip()
+    if not text:
+        return None
+    closed = text.rstrip("#").rstrip()  # an optional closing run of `#`
+    return closed or text
 
 
 def iter_blocks(text: str, tags: tuple[str, ...]) -> list[DocBlock]:
@@ -94,9 +111,9 @@ def iter_blocks(text: str, tags: tuple[str, ...]) -> list[DocBlock]:
             i = j + 1
             prose_start = i
             continue
-        h = _HEADING.match(lines[i])
-        if h:
-            heading = h["text"].strip()
+        h = heading_text(lines[i])
+        if h is not None:
+            heading = h
             prose_start = i + 1
         i += 1
     return blocks

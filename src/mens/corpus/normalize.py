@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-_FENCED = re.compile(r"```(?P<tag>[\w.+-]*)[^\n]*\n(?P<body>.*?)```", re.S)
+_TAG = re.compile(r"[\w.+-]*")
 
 
 def code_spans(line: str, comment: str = "//") -> tuple[list[int], int]:
@@ -43,7 +43,18 @@ def normalize_code(text: str, comment: str = "//") -> str:
 
 def code_in_response(text: str, tags: tuple[str, ...]) -> str:
     """The code of a response: the first fenced block tagged with one of `tags` (or untagged), else the text."""
-    for m in _FENCED.finditer(text):
-        if m["tag"].lower() in tags or not m["tag"]:
-            return m["body"]
+    # Same matches as the regex ```(tag)[^\n]*\n(body)```, found with str.find so that a text of many
+    # unclosed fences is scanned in linear time (the regex backtracked quadratically on it).
+    pos = 0
+    while (start := text.find("```", pos)) >= 0:
+        tag = _TAG.match(text, start + 3).group()
+        newline = text.find("\n", start + 3)
+        if newline < 0:
+            return text
+        end = text.find("```", newline + 1)
+        if end < 0:
+            return text
+        if tag.lower() in tags or not tag:
+            return text[newline + 1 : end]
+        pos = end + 3
     return text
