@@ -21,8 +21,11 @@ def register(app: typer.Typer) -> None:
 @corpus_app.command("extract")
 def extract(
     paths: list[Path] = typer.Argument(None, help="Source files/folders and markdown docs (default: embedded)."),
-    out: Path = typer.Option(..., "-o", "--output", help="units.jsonl; new units are appended."),
+    out: Path = typer.Option(..., "-o", "--output", help="units.jsonl; new units are added (the file is "
+                             "re-created atomically with its previous rows)."),
     embedded: bool = typer.Option(False, "--embedded", help="Also extract the package's own example corpus."),
+    rejects: Path = typer.Option(None, "--rejects", help="Files and units not extracted, with reasons "
+                                 "(default OUT.rejects.jsonl)."),
     language: str = LANG,
 ) -> None:
     """Extract units (files, declarations, ANCHOR regions, doc blocks) with path, line span and sha256."""
@@ -31,7 +34,7 @@ def extract(
     roots = list(paths or [])
     if embedded and roots:
         roots.append(embedded_root(language))
-    typer.echo(extract_to_file(roots, out, language).summary())
+    typer.echo(extract_to_file(roots, out, language, rejects).summary())
 
 
 @corpus_app.command("validate")
@@ -44,11 +47,12 @@ def validate(
     language: str = LANG,
 ) -> None:
     """Schema check, parse recheck, exact + normalized dedup; prints in = kept + rejected (by reason)."""
+    from mens.corpus.atomic import write_text_atomic
     from mens.corpus.validate import validate_file
 
     rep = validate_file(inp, out, rejects, recheck=not no_recheck, language=language)
     if report:
-        report.write_text(json.dumps(rep.to_json(), indent=2) + "\n", encoding="utf-8")
+        write_text_atomic(report, json.dumps(rep.to_json(), indent=2) + "\n")
     typer.echo(rep.summary())
 
 

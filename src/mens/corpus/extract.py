@@ -1,28 +1,33 @@
 """`mens corpus extract`: source files and markdown docs -> units (whole files, declarations, regions, blocks).
 
-Every unit records its source path, line span and sha256. Re-running onto an existing output appends only
-units whose content hash is not already there. Run: `mens corpus extract examples docs -o units.jsonl`.
+Every unit records its source path, line span and sha256. Re-running onto an existing output adds only units
+whose content hash is not already there: the file is re-created atomically with its old rows and the new ones,
+so a failed run leaves it as it was. Files that are not read (too large, binary, not UTF-8, symlinks out of the
+input, loops) and units too large for a record go to `<stem>.rejects.jsonl` with a reason.
+Run: `mens corpus extract examples docs -o units.jsonl`.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mens.corpus.atomic import atomic_writer
 from mens.corpus.decl_split import split_decls
 from mens.corpus.frontend import line_comment, parse_for_path, resolve_language
 from mens.corpus.golden_header import parse_header
-from mens.corpus.jsonl import write_jsonl
+from mens.corpus.jsonl import jsonl_line, read_objects, reject_row, write_jsonl
+from mens.corpus.limits import MAX_LINE_BYTES
 from mens.corpus.markdown import iter_blocks, page_eligible, parse_frontmatter
 from mens.corpus.progress import track
+from mens.corpus.records import BadLine
+from mens.corpus.source_files import SkippedFile, read_source
+from mens.corpus.source_files import collect_files as _collect
 from mens.corpus.units import CorpusUnit, sha256_text
-from mens.errors import UsageError
 from mens.lang import Language
 
-SKIP_DIRS = {".git", "node_modules", "target", ".venv", "__pycache__", ".vox", "vox-vscode"}
 MIN_DECL_LINES = 3
 """Declarations shorter than this are not worth a pair of their own (they stay in their file's pair)."""
 
@@ -35,16 +40,34 @@ class ExtractReport:
     units_found: Counter = field(default_factory=Counter)
     units_new: int = 0
     units_already_present: int = 0
+    units_too_large: int = 0
+    units_kept: int = 0
+    """Rows of the previous output carried over."""
     unreadable: list[str] = field(default_factory=list)
     split_failed: list[str] = field(default_factory=list)
+    rejects: list[dict] = field(default_factory=list)
+    rejects_path: str = ""
+
+    def reject(self, reason: str, where: str, **extra) -> None:
+        self.rejects.append(reject_row(reason, where, **extra))
+
+    @property
+    def reconciled(self) -> bool:
+        """units found = new + already present + too large."""
+        found = sum(self.units_found.values())
+        return found == self.units_new + self.units_already_present + self.units_too_large
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.units_found.items()))
-        lines = [f"files: {dict(self.files)}; units found {sum(self.units_found.values())} ({kinds})",
-                 f"written {self.units_new} new, skipped {self.units_already_present} already present "
-                 f"(same sha256)"]
-        lines += [f"unreadable: {u}" for u in self.unreadable]
+        n_files = sum(self.files.values())
+        lines = [f"files: {n_files + len(self.unreadable)} = read {n_files} {dict(self.files)} + refused "
+                 f"{len(self.unreadable)}; units found {sum(self.units_found.values())} ({kinds})",
+                 f"units found = written {self.units_new} new + {self.units_already_present} already present "
+                 f"(same sha256) + {self.units_too_large} too large; kept {self.units_kept} previous rows"]
+        lines += [f"refused: {u}" for u in self.unreadable]
         lines += [f"not split into declarations (kept as whole file): {s}" for s in self.split_failed]
+        if self.rejects_path:
+            lines.append(f"rejected {len(self.rejects)} -> {self.rejects_path}")
         return "\n".join(lines)
 
 
@@ -53,22 +76,10 @@ def embedded_root(language: str = "vox") -> Path:
     return Path(__file__).parent / "data" / language
 
 
-def collect_files(paths: list[Path], lang: Language) -> list[tuple[Path, str]]:
+def collect_files(paths: list[Path], lang: Language,
+                  skipped: list[SkippedFile] | None = None) -> list[tuple[Path, str]]:
     """(file, source label) for every source or markdown file under `paths`, sorted; UsageError if missing."""
-    out: list[tuple[Path, str]] = []
-    exts = (*lang.file_extensions, ".md")
-    for root in paths:
-        if root.is_file():
-            out.append((root, str(root)))
-        elif root.is_dir():
-            for f in sorted(root.rglob("*")):
-                rel = f.relative_to(root)
-                if f.is_file() and f.name.endswith(exts) and not SKIP_DIRS & set(rel.parts[:-1]):
-                    out.append((f, f"{root.name}/{rel.as_posix()}" if root.name else rel.as_posix()))
-        else:
-            raise UsageError(f"{root}: no such file or folder; pass source files ({', '.join(exts)}) "
-                             "or folders that contain them (or no PATH for the embedded corpus)")
-    return out
+    return _collect(paths, (*lang.file_extensions, ".md"), skipped)
 
 
 def _unit(lang: Language, **kw) -> CorpusUnit:
@@ -139,28 +150,29 @@ def units_from_markdown(lang: Language, text: str, source: str, report: ExtractR
 
 
 def existing_hashes(out: Path) -> set[str]:
-    """sha256 values already in an output file (bad lines there are ignored, not fatal)."""
+    """sha256 values already in an output file (its bad lines are ignored here; extract moves them to rejects)."""
     seen: set[str] = set()
     if out.is_file():
-        with out.open("rb") as f:
-            for raw in f:
-                try:
-                    seen.add(json.loads(raw)["sha256"])
-                except (ValueError, KeyError, TypeError):
-                    continue
+        for _, obj in read_objects(out):
+            if isinstance(obj, dict) and isinstance(obj.get("sha256"), str):
+                seen.add(obj["sha256"])
     return seen
 
 
 def extract_units(paths: list[Path], lang: Language, report: ExtractReport) -> Iterator[CorpusUnit]:
-    """Every unit under `paths`, in file order; unreadable files are recorded in `report`, never fatal."""
-    files = collect_files(paths, lang)
+    """Every unit under `paths`, in file order; files that cannot be read are rejects in `report`, never fatal."""
+    skipped: list[SkippedFile] = []
+    files = collect_files(paths, lang, skipped)
+    for s in skipped:
+        report.unreadable.append(f"{s.source}: {s.reason}")
+        report.reject(s.reason, s.source)
     with track("extract", total=len(files)) as advance:
         for path, source in files:
             advance(1)
-            try:
-                text = path.read_bytes().decode("utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                report.unreadable.append(f"{source}: {e} (expected UTF-8 text; fix or remove the file)")
+            text, reason = read_source(path)
+            if text is None:
+                report.unreadable.append(f"{source}: {reason}")
+                report.reject(reason, source)
                 continue
             is_md = path.name.endswith(".md")
             report.files["markdown" if is_md else "source"] += 1
@@ -170,22 +182,46 @@ def extract_units(paths: list[Path], lang: Language, report: ExtractReport) -> I
                 yield unit
 
 
-def extract_to_file(paths: list[Path], out: Path, language: str | None = None) -> ExtractReport:
-    """Extract `paths` (or the embedded corpus when empty) and append units not yet in `out`."""
+def _previous_rows(out: Path, report: ExtractReport) -> Iterator[bytes]:
+    """The previous output's good rows as lines; its bad lines (a torn last line, hand edits) become rejects."""
+    if not out.is_file():
+        return
+    for no, obj in read_objects(out):
+        if isinstance(obj, BadLine):
+            report.reject(obj.reason, f"{out}:{no}", raw=obj.raw, found_in="previous output")
+            continue
+        report.units_kept += 1
+        yield jsonl_line(obj)
+
+
+def extract_to_file(paths: list[Path], out: Path, language: str | None = None,
+                    rejects: Path | None = None) -> ExtractReport:
+    """Extract `paths` (or the embedded corpus when empty) and re-create `out` atomically with its previous rows
+    and the units not yet in it; rejects go to `rejects` (default `<out stem>.rejects.jsonl`)."""
     lang = resolve_language(language)
     report = ExtractReport()
     if not paths:
         paths = [embedded_root(lang.name)]
     seen = existing_hashes(out)
-
-    def new_rows() -> Iterator[dict]:
+    with atomic_writer(out, binary=True) as f:
+        for line in _previous_rows(out, report):
+            f.write(line)
         for unit in extract_units(paths, lang, report):
             if unit.sha256 in seen:
                 report.units_already_present += 1
                 continue
+            row = unit.model_dump(mode="json", exclude_none=True)
+            line = jsonl_line(row)
+            if len(line) > MAX_LINE_BYTES:
+                report.units_too_large += 1
+                report.reject(f"record_too_large: the {unit.kind} unit is {len(line)} bytes as JSON > "
+                              f"{MAX_LINE_BYTES} allowed (the trainer's limit)", unit.where, sha256=unit.sha256)
+                continue
             seen.add(unit.sha256)
             report.units_new += 1
-            yield unit.model_dump(mode="json", exclude_none=True)
-
-    write_jsonl(out, new_rows(), append=True)
+            f.write(line)
+    rejects = rejects or out.with_name(out.stem + ".rejects.jsonl")
+    if report.rejects or rejects.exists():
+        write_jsonl(rejects, report.rejects)
+        report.rejects_path = str(rejects)
     return report

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from mens.corpus.atomic import write_text_atomic
 from mens.corpus.decl_split import split_decls
 from mens.corpus.extract import ExtractReport, collect_files, units_from_markdown
 from mens.corpus.frontend import base_kinds, line_comment, resolve_language
@@ -22,6 +23,7 @@ from mens.corpus.golden_header import strip_marker_lines
 from mens.corpus.jsonl import read_objects, reject_row, require_input, write_jsonl
 from mens.corpus.phrasing import article, choose, decl_list, load_phrasing, noun_for, render, sentence
 from mens.corpus.records import SCHEMA_VERSION, BadLine, TrainPair
+from mens.corpus.source_files import read_source
 from mens.corpus.tool_trace import ToolTraceRecord, is_tool_trace, tool_trace_to_pair
 from mens.corpus.units import CorpusUnit
 from mens.lang import Language
@@ -37,14 +39,23 @@ class PairsReport:
     n_used: int = 0
     n_pairs: int = 0
     n_doc_units: int = 0
+    n_duplicate_pairs: int = 0
+    """Pairs built but not written because an earlier record gave the same prompt and response (in rejects)."""
     skipped: Counter = field(default_factory=Counter)
     by_category: Counter = field(default_factory=Counter)
+    docs_refused: list[str] = field(default_factory=list)
+
+    @property
+    def reconciled(self) -> bool:
+        return self.n_in == self.n_used + sum(self.skipped.values())
 
     def summary(self) -> str:
         by = ", ".join(f"{k} {v}" for k, v in sorted(self.skipped.items())) or "none"
         cats = ", ".join(f"{k} {v}" for k, v in self.by_category.most_common())
+        refused = "".join(f"\n--docs file refused: {r}" for r in self.docs_refused)
         return (f"records in {self.n_in} = used {self.n_used} + skipped {sum(self.skipped.values())} ({by}); "
-                f"--docs units {self.n_doc_units}\npairs {self.n_pairs} ({cats})")
+                f"--docs units {self.n_doc_units}\npairs {self.n_pairs} ({cats}); duplicate pairs not written "
+                f"{self.n_duplicate_pairs} (in rejects){refused}")
 
 
 @dataclass
@@ -141,11 +152,18 @@ class PairBuilder:
         return msgs
 
 
-def _doc_units(lang: Language, dirs: list[Path]) -> Iterator[CorpusUnit]:
-    report = ExtractReport()
-    for path, source in collect_files(dirs, lang):
+def _doc_units(lang: Language, dirs: list[Path], refused: list[str]) -> Iterator[CorpusUnit]:
+    """Doc-block units of the markdown pages under `dirs`; pages that cannot be read safely go to `refused`."""
+    report, skipped = ExtractReport(), []
+    files = collect_files(dirs, lang, skipped)
+    refused += [f"{s.source}: {s.reason}" for s in skipped if s.source.endswith(".md")]
+    for path, source in files:
         if path.name.endswith(".md"):
-            yield from units_from_markdown(lang, path.read_text(encoding="utf-8", errors="replace"), source, report)
+            text, reason = read_source(path)
+            if text is None:
+                refused.append(f"{source}: {reason}")
+                continue
+            yield from units_from_markdown(lang, text, source, report)
 
 
 def build_pairs(inp: Path, out: Path, docs: list[Path] | None = None, seed: int = 0, n_phrasings: int = 3,
@@ -153,23 +171,32 @@ def build_pairs(inp: Path, out: Path, docs: list[Path] | None = None, seed: int 
     """Write pairs for every usable record of `inp` (and doc blocks under `docs`); returns the report."""
     inp = require_input(inp, "pairs")
     builder = PairBuilder(resolve_language(language), seed, n_phrasings, multi_turn)
-    report, rows, bad, seen_units, seen_rows = PairsReport(), [], [], set(), set()
+    report, rows, bad, seen_units, seen_rows = PairsReport(), [], [], set(), {}
 
-    def add(new: list[dict]) -> None:
+    def add(new: list[dict], where: str) -> int:
+        """Append the rows not seen before; each duplicate gets a rejects row. Returns how many were new."""
+        n_new = 0
         for row in new:
-            key = json.dumps([row.get("prompt"), row.get("response"), row.get("messages")])
-            if key not in seen_rows:
-                seen_rows.add(key)
-                rows.append(row)
+            key = _key(row)
+            if key in seen_rows:
+                report.n_duplicate_pairs += 1
+                bad.append(reject_row(f"duplicate_pair: same prompt and response as the pair from "
+                                      f"{seen_rows[key]}", where, record=row, level="pair"))
+                continue
+            seen_rows[key] = where
+            rows.append(row)
+            n_new += 1
+        return n_new
 
-    def use_unit(unit: CorpusUnit, where: str, record: dict) -> None:
-        new, reason = builder.pairs_for_unit(unit)
-        if new:
-            report.n_used += 1
-            add(new)
-        else:
+    def use(new: list[dict], where: str, record: dict, reason: str = "") -> None:
+        """Count an input record as used, or skipped with a reason (also when all its pairs are duplicates)."""
+        if new and not add(new, where):
+            reason = f"duplicate: every pair of this record was already built from {seen_rows[_key(new[0])]}"
+        if reason:
             report.skipped[reason.split(":", 1)[0]] += 1
             bad.append(reject_row(reason, where, record=record))
+        else:
+            report.n_used += 1
 
     for no, obj in read_objects(inp):
         report.n_in += 1
@@ -180,25 +207,24 @@ def build_pairs(inp: Path, out: Path, docs: list[Path] | None = None, seed: int 
             if "code" in obj and "kind" in obj:
                 unit = CorpusUnit.model_validate(obj)
                 seen_units.add(unit.sha256)
-                use_unit(unit, where, obj)
+                new, reason = builder.pairs_for_unit(unit)
+                use(new, where, obj, reason)
             elif is_tool_trace(obj):
-                add([tool_trace_to_pair(ToolTraceRecord.model_validate(obj))])
-                report.n_used += 1
+                use([tool_trace_to_pair(ToolTraceRecord.model_validate(obj))], where, obj)
             else:  # an existing train pair passes through unchanged (it is re-validated by the contract)
-                add([TrainPair.model_validate(obj).model_dump(mode="json", exclude_none=True)])
-                report.n_used += 1
+                use([TrainPair.model_validate(obj).model_dump(mode="json", exclude_none=True)], where, obj)
         except (ValueError, ValidationError) as e:
             reason = obj.reason if isinstance(obj, BadLine) else f"schema: {str(e).splitlines()[0]} at {where}"
             report.skipped[reason.split(":", 1)[0]] += 1
             bad.append(reject_row(reason, where, record=None if isinstance(obj, BadLine) else obj,
                                   raw=obj.raw if isinstance(obj, BadLine) else None))
-    for unit in _doc_units(builder.lang, docs or []):
+    for unit in _doc_units(builder.lang, docs or [], report.docs_refused):
         if unit.sha256 in seen_units or not unit.training_eligible or unit.skip_markers or not unit.parse_ok:
             continue
         seen_units.add(unit.sha256)
         report.n_doc_units += 1
         new, _ = builder.pairs_for_unit(unit)
-        add(new)
+        add(new, f"--docs {unit.where}")
     for row in rows:
         report.by_category[row["category"]] += 1
     report.n_pairs = write_jsonl(out, rows)
@@ -206,6 +232,12 @@ def build_pairs(inp: Path, out: Path, docs: list[Path] | None = None, seed: int 
         write_jsonl(rejects or out.with_name(out.stem + ".rejects.jsonl"), bad)
     meta = {"schema_version": SCHEMA_VERSION, "total_pairs": report.n_pairs, "seed": seed,
             "phrasings_per_unit": n_phrasings, "generated_by": "mens corpus pairs", "input": str(inp),
-            "by_category": dict(report.by_category), "skipped": dict(report.skipped)}
-    out.with_name(out.stem + ".metadata.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            "by_category": dict(report.by_category), "skipped": dict(report.skipped),
+            "duplicate_pairs": report.n_duplicate_pairs}
+    write_text_atomic(out.with_name(out.stem + ".metadata.json"), json.dumps(meta, indent=2) + "\n")
+    assert report.reconciled, report.summary()  # internal invariant: every record is counted once
     return report
+
+
+def _key(row: dict) -> str:
+    return json.dumps([row.get("prompt"), row.get("response"), row.get("messages")])

@@ -14,14 +14,14 @@ No torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from mens.corpus.records import codegen_row
+from mens.corpus.jsonl import read_objects
+from mens.corpus.records import BadLine, codegen_row
 from mens.errors import DataError
 from mens.lang import get_language
 from mens.lang.checks import Expect, check_output
@@ -49,17 +49,19 @@ def load_requests(language: str, path: Path | None = None) -> list[Request]:
         return []
     lang = get_language(language)
     out, problems, seen = [], [], set()
-    for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
+    if not path.is_file():
+        raise DataError(f"--file {path}: no such file; pass a JSONL requests file")
+    for no, row in read_objects(path):
+        if isinstance(row, BadLine):
+            problems.append(f"{path}:{no}: {row.reason}")
             continue
         try:
-            row = json.loads(line)
             req = Request(id=str(row["id"]), category=str(row["category"]), prompt=str(row["prompt"]),
                           expect=Expect.model_validate(row.get("expect") or {}), answer=str(row["answer"]))
         except KeyError as e:
             problems.append(f"{path}:{no}: missing field {e}; each line needs id, category, prompt, expect, answer")
             continue
-        except (json.JSONDecodeError, TypeError, ValidationError) as e:
+        except (TypeError, ValidationError) as e:
             first = str(e).splitlines()[0]
             problems.append(f"{path}:{no}: expected a JSON object with id, category, prompt, expect, answer: {first}")
             continue

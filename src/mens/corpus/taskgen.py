@@ -11,7 +11,6 @@ No torch.
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,6 +20,8 @@ from string import Template
 from mens.corpus.frontend import base_kinds, resolve_language
 from mens.corpus.generate import load_templates
 from mens.corpus.jsonl import write_jsonl
+from mens.corpus.jsonrow import check_file_size, parse_json_value
+from mens.corpus.limits import MAX_JSONL_FILE_BYTES
 from mens.corpus.records import codegen_row
 from mens.errors import DataError, UsageError
 from mens.lang.checks import Expect, check_output
@@ -198,6 +199,10 @@ def _note(report: TaskGenReport, tpl: dict, reason: str) -> None:
         report.failures.append(f"{tpl['kind']}: {reason}")
 
 
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
 def focus_from_results(benchmark_results: dict) -> dict[str, float]:
     """Template-category weights from a `mens eval-local` benchmark_results.json: failing categories weigh more.
 
@@ -210,13 +215,15 @@ def focus_from_results(benchmark_results: dict) -> dict[str, float]:
         raise DataError("benchmark results: expected a JSON object with a 'results' list (from mens eval-local)")
     tasks, failed, instruction = Counter(), Counter(), 0
     for r in results:
+        if not isinstance(r, dict):
+            continue  # not a task result; the file was edited or is not from mens eval-local
         cat = str(r.get("category") or "general")
-        samples = r.get("samples") or []
+        samples = [s for s in _list(r.get("samples")) if isinstance(s, dict)]
         tasks[cat] += 1
         bad = [s for s in samples if not s.get("pass")]
         if bad:
             failed[cat] += 1
-            reasons = {f.get("category") for s in bad for f in s.get("failures") or []}
+            reasons = {str(f.get("category")) for s in bad for f in _list(s.get("failures")) if isinstance(f, dict)}
             instruction += bool(reasons & _INSTRUCTION_FAILURES)
     weights: dict[str, float] = {}
     for cat, n in tasks.items():
@@ -231,11 +238,15 @@ def focus_from_results(benchmark_results: dict) -> dict[str, float]:
 def load_focus(path: Path) -> dict[str, float]:
     """focus_from_results of a benchmark_results.json file."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        check_file_size(path, MAX_JSONL_FILE_BYTES, "benchmark results file")
+        text = path.read_bytes().decode("utf-8")
     except OSError as e:
         raise DataError(f"--focus {path}: cannot read it ({e.strerror}); pass a benchmark_results.json") from None
-    except json.JSONDecodeError as e:
-        raise DataError(f"--focus {path}:{e.lineno}: malformed JSON: {e.msg}") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"--focus {path}: not UTF-8 (byte {e.start}); pass a benchmark_results.json") from None
+    doc, problem = parse_json_value(text)
+    if problem:
+        raise DataError(f"--focus {path}: {problem}; pass a benchmark_results.json written by mens eval-local")
     return focus_from_results(doc)
 
 
