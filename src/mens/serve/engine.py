@@ -1,6 +1,7 @@
 """What the HTTP app needs from a model: a text stream for a chat or a raw prompt.
 
 The app never touches torch; a real engine (`mens.serve.hf_engine`) or a test double implements this.
+`context_length` and `count_tokens` are optional: an engine without them gets no prompt-length check.
 """
 
 from __future__ import annotations
@@ -37,8 +38,19 @@ class Engine(Protocol):
     constrained_language: str | None
     """Name of the language constrained decoding enforces, or None when the engine cannot constrain."""
 
+    context_length: int | None
+    """Most tokens (prompt + answer) the model takes, or None when unknown (then no prompt check is made)."""
+
+    def count_tokens(self, request: GenerationRequest) -> int:
+        """Prompt tokens `request` would feed the model (raises ValueError when no prompt can be built)."""
+        ...
+
     def stream(self, request: GenerationRequest, usage: Usage) -> Iterator[str]:
-        """Yield text pieces of the completion; fill `usage` as tokens are consumed and produced."""
+        """Yield text pieces of the completion; fill `usage` as tokens are consumed and produced.
+
+        The app pulls one piece per `next()` (in a worker thread) and closes the generator when the client
+        goes away or time runs out, so an engine must do no work between pieces and stop when closed.
+        """
         ...
 
 

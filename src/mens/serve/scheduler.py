@@ -1,0 +1,179 @@
+"""One generation at a time over a shared engine, with a bounded queue and a bounded time per request.
+
+A request is admitted only while fewer than `max_queue` others wait (else 503 at once), then waits for
+the engine. While it waits and while it generates, it is dropped as soon as its client disconnects, its
+deadline (`request_timeout_s` from arrival) passes, or shutdown begins. A `Job` owns the engine from
+`Scheduler.start` until `Job.close`, which stops the engine's token loop (closing its generator) and
+frees the engine; `close` is synchronous, so it runs even in a cancelled task.
+
+What a deadline does: a request still queued at its deadline gets 503 (code `queue_timeout`); an answer
+being generated stops there and finishes with finish_reason "length" (the answer was cut short, as by
+max_tokens). Shutdown: queued requests get 503, answers in flight stop at the shutdown deadline with a
+503 error (JSON, or the stream's error event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from mens.serve.engine import Engine, GenerationRequest, StopScanner, Usage
+from mens.serve.errors import ApiError, ClientGone
+
+log = logging.getLogger("mens.serve")
+
+POLL_S = 0.05
+"""How often a queued request checks its client, deadline and shutdown."""
+
+_END = object()
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, *, max_queue: int = 32, request_timeout_s: float | None = 300.0):
+        self.engine, self.max_queue, self.request_timeout_s = engine, max_queue, request_timeout_s
+        self.waiting = 0
+        self.stop_at: float | None = None
+        """Monotonic time at which answers in flight stop; set when shutdown begins."""
+        self._lock = asyncio.Lock()
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    def begin_shutdown(self, grace_s: float) -> None:
+        """Refuse new and queued requests; stop answers in flight after `grace_s` seconds."""
+        if self.stop_at is None:
+            self.stop_at = time.monotonic() + max(grace_s, 0.0)
+
+    def _refuse_if_stopping(self) -> None:
+        if self.stop_at is not None:
+            raise ApiError(503, "server is shutting down; retry on another instance", type_="server_error",
+                           code="shutting_down")
+
+    async def start(self, req: GenerationRequest, is_gone: Callable[[], Awaitable[bool]]) -> Job:
+        """Admit `req`, wait for the engine, and return the Job that holds it (the caller must `close` it)."""
+        self._refuse_if_stopping()
+        if self.waiting >= self.max_queue:
+            raise ApiError(503, f"server busy: {self.max_queue} requests already queued; retry later",
+                           type_="server_error", code="overloaded")
+        timeout_s = self.request_timeout_s
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.waiting += 1
+        try:
+            await self._acquire(deadline, is_gone)
+        finally:
+            self.waiting -= 1
+        return Job(self, req, deadline, is_gone)
+
+    async def _acquire(self, deadline: float | None, is_gone: Callable[[], Awaitable[bool]]) -> None:
+        # One acquire task keeps the request's place in the FIFO queue while the checks run beside it.
+        acquire = asyncio.ensure_future(self._lock.acquire())
+        try:
+            while not (await asyncio.wait({acquire}, timeout=POLL_S))[0]:
+                self._refuse_if_stopping()
+                if deadline is not None and time.monotonic() > deadline:
+                    raise ApiError(503, f"request waited {self.request_timeout_s} s in the queue without reaching "
+                                   "the model; retry later or raise --request-timeout-s", type_="server_error",
+                                   code="queue_timeout")
+                if await is_gone():
+                    raise ClientGone()
+        except BaseException:
+            if not acquire.done():
+                acquire.cancel()  # a lock granted meanwhile passes on to the next waiter (asyncio.Lock)
+            elif not acquire.cancelled() and acquire.exception() is None:
+                self._lock.release()
+            raise
+
+    def _release(self) -> None:
+        self._lock.release()
+
+
+class Job:
+    """One admitted generation: text pieces after stop strings, then why it ended."""
+
+    def __init__(self, scheduler: Scheduler, req: GenerationRequest, deadline: float | None,
+                 is_gone: Callable[[], Awaitable[bool]]):
+        self.scheduler, self.req, self.deadline, self._is_gone = scheduler, req, deadline, is_gone
+        self.usage = Usage()
+        self._gen = scheduler.engine.stream(req, self.usage)
+        self._scanner = StopScanner(req.stop)
+        self.done = False
+        self.finish = "stop"
+        """"stop" or "length" (the token budget or the request deadline cut the answer)."""
+        self.error: ApiError | None = None
+        """Set when the answer ended by an error (engine failure, shutdown) rather than finishing."""
+        self.gone = False
+        self._open = True
+
+    async def next_piece(self) -> str | None:
+        """The next piece of text, or None once the answer has ended (see `finish`, `error`, `gone`)."""
+        while not self.done:
+            if self._stop_now():
+                return self._scanner.flush() or None
+            if await self._is_gone():
+                self.done, self.gone = True, True
+                return None
+            try:
+                piece = await anyio.to_thread.run_sync(next, self._gen, _END)
+            except Exception as e:  # the engine failed: the client gets a 500, the log gets the traceback
+                log.exception("generation failed")
+                self.done = True
+                self.error = ApiError(500, f"generation failed: {type(e).__name__}: {e}", type_="server_error",
+                                      code="engine_error")
+                return None
+            if piece is _END:
+                self.done = True
+                self.finish = "length" if self.usage.completion_tokens >= self.req.max_tokens else "stop"
+                return self._scanner.flush() or None
+            out = self._scanner.feed(piece)
+            if self._scanner.stopped:
+                self.done = True
+            if out:
+                return out
+        return None
+
+    def _stop_now(self) -> bool:
+        """End the answer here if the request's deadline or the shutdown deadline has passed."""
+        now = time.monotonic()
+        stop_at = self.scheduler.stop_at
+        if stop_at is not None and now >= stop_at:
+            self.done = True
+            self.error = ApiError(503, "server is shutting down; the answer was stopped", type_="server_error",
+                                  code="shutting_down")
+            return True
+        if self.deadline is not None and now >= self.deadline:
+            log.warning("request deadline of %s s reached; answer cut after %d tokens",
+                        self.scheduler.request_timeout_s, self.usage.completion_tokens)
+            self.done, self.finish = True, "length"
+            return True
+        return False
+
+    async def collect(self) -> str:
+        """The whole answer; raises the answer's error, or ClientGone."""
+        parts = []
+        while (piece := await self.next_piece()) is not None:
+            parts.append(piece)
+        if self.error is not None:
+            raise self.error
+        if self.gone:
+            raise ClientGone()
+        return "".join(parts)
+
+    def close(self) -> None:
+        """Stop the engine's token loop and free the engine for the next request (idempotent)."""
+        if not self._open:
+            return
+        self._open = False
+        self.done = True
+        try:
+            close = getattr(self._gen, "close", None)  # a generator: GeneratorExit ends the engine's token loop
+            if close is not None:
+                close()
+        except Exception:  # the engine's own cleanup failed; the engine is still freed
+            log.exception("closing the generation failed")
+        finally:
+            self.scheduler._release()
