@@ -29,6 +29,7 @@ def test_engine_greedy_equals_transformers_on_merged_dir(tmp_path, make_tiny_run
     assert torch.allclose(a, b, atol=1e-5) and torch.allclose(b, c, atol=1e-4)
 
     engine = HFEngine(loaded)
+    assert engine.context_length == 256  # read through the PEFT wrapper from the base config
     messages = [{"role": "user", "content": "Write add."}]
     usage = Usage()
     served = "".join(engine.stream(GenerationRequest(messages=messages, max_tokens=16), usage))

@@ -9,6 +9,13 @@ from mens.model.generate import Constraint, chat_input_ids, stream_tokens
 from mens.model.inference import LoadedModel
 from mens.serve.engine import GenerationRequest, Usage
 
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+"""Config attributes that name a model's context length, in the order they are trusted."""
+MIN_TEMPERATURE = 1e-6
+"""A smaller temperature decodes greedily (logits / T would overflow float32)."""
+MIN_TOP_P = 1e-6
+"""A smaller top_p is raised to this; both keep only the most likely token (its probability is >= 1/vocab)."""
+
 
 def language_constraint(lang: Language) -> Constraint:
     """Decode only text that stays a (clean, where the language says so) viable prefix of `lang`; stop only
@@ -24,6 +31,19 @@ class HFEngine:
         self.language = language
         self.constrained_language = language.name if language is not None else None
 
+    @property
+    def context_length(self) -> int | None:
+        """The model's position limit from its config (None when the config names none)."""
+        config = getattr(self.loaded.model, "config", None)
+        for name in CONTEXT_KEYS:
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    def count_tokens(self, request: GenerationRequest) -> int:
+        return len(self.prompt_ids(request))
+
     def prompt_ids(self, request: GenerationRequest) -> list[int]:
         tok = self.loaded.tokenizer
         if request.messages is not None:
@@ -38,6 +58,10 @@ class HFEngine:
         def count(_token: int) -> None:
             usage.completion_tokens += 1
 
+        # Below these floors the float32 sampling maths underflows (no token left, or inf/inf = NaN); the
+        # floors choose the same tokens as any smaller value would: the most likely one.
+        temperature = 0.0 if request.temperature < MIN_TEMPERATURE else request.temperature
+        top_p = max(request.top_p, MIN_TOP_P)
         yield from stream_tokens(self.loaded.model, self.loaded.tokenizer, ids, max_new_tokens=request.max_tokens,
-                                 temperature=request.temperature, top_p=request.top_p, seed=request.seed,
+                                 temperature=temperature, top_p=top_p, seed=request.seed,
                                  constraint=constraint, on_token=count)
