@@ -91,21 +91,35 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)."),
     port: int = typer.Option(8000, "--port"),
     constrained: str | None = typer.Option(None, "--constrained", help="Constrain every answer to a language: vox."),
-    api_key: str | None = typer.Option(None, "--api-key", help="Require 'Authorization: Bearer KEY'."),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="MENS_API_KEY", show_envvar=True,
+                                       help="Require 'Authorization: Bearer KEY'. Prefer MENS_API_KEY or "
+                                            "--api-key-file: other users can read argv."),
+    api_key_file: Path | None = typer.Option(None, "--api-key-file", help="Read the API key from this file."),
     max_tokens_limit: int = typer.Option(2048, "--max-tokens-limit", min=1),
+    max_queue: int = typer.Option(32, "--max-queue", min=1, help="Requests that may wait; more get 503."),
+    request_timeout_s: float = typer.Option(300.0, "--request-timeout-s", min=1.0,
+                                            help="Longest a request may take, queue included; an answer still "
+                                                 "generating then ends with finish_reason 'length'."),
+    shutdown_grace_s: float = typer.Option(10.0, "--shutdown-grace-s", min=0.0,
+                                           help="On SIGTERM, how long to wait before in-flight work is stopped."),
     device: str = typer.Option("auto", "--device"),
 ) -> int:
     """Serve OpenAI- and Ollama-compatible endpoints; with --constrained vox every answer parses."""
-    import uvicorn
-
     from mens.lang import get_language
     from mens.model.inference import load_for_inference
     from mens.serve.app import create_app
+    from mens.serve.guards import resolve_api_key
     from mens.serve.hf_engine import HFEngine
+    from mens.serve.server import bind_warning, build_server
 
+    key = resolve_api_key(api_key, api_key_file)
+    warning = bind_warning(host, key is not None)
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
     lang = get_language(constrained) if constrained else None
     engine = HFEngine(load_for_inference(path, device=device), lang)
-    app = create_app(engine, api_key=api_key, max_tokens_limit=max_tokens_limit, constrained_default=lang is not None)
+    app = create_app(engine, api_key=key, max_tokens_limit=max_tokens_limit, max_queue=max_queue,
+                     request_timeout_s=request_timeout_s, constrained_default=lang is not None)
     typer.echo(f"serving {engine.model_id} on http://{host}:{port} (OpenAI: /v1, Ollama: /api)")
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    build_server(app, host=host, port=port, shutdown_grace_s=shutdown_grace_s).run()
     return 0
