@@ -30,3 +30,16 @@ def machine() -> dict:
     return {"host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
             "avx512": "avx512f" in flags.split(), "native_bf16": cpu_has_native_bf16(),
             "python": platform.python_version(), "implementation": platform.python_implementation()}
+
+
+def gpu() -> dict | None:
+    """The first CUDA device as torch sees it (None without one); call it in a process that uses the GPU anyway:
+    it creates a CUDA context."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    p = torch.cuda.get_device_properties(0)
+    return {"name": p.name, "count": torch.cuda.device_count(), "memory_mb": p.total_memory // 2**20,
+            "capability": f"{p.major}.{p.minor}", "multiprocessors": p.multi_processor_count,
+            "torch": torch.__version__, "torch_cuda": torch.version.cuda, "bf16": torch.cuda.is_bf16_supported()}
