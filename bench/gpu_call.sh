@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One device call for bench/gpu_train_speed.py: install the carried wheels (bench/gpu_wheels.sh, carried as .whl),
+# print versions and the GPU, check that bitsandbytes runs a 4-bit linear, smoke every run for 2 steps on tiny shapes
+# (a broken path costs seconds), then the timed runs. Everything lands under $OUT (JSON + log).
+# Run (through the device tool): command `bash bench/gpu_call.sh`, carry [".whl"], timeout_s 600.
+# Environment: BUDGET_S (timed runs' budget, default 400), ARGS (extra flags for the timed runs), SMOKE_ONLY=1.
+set -o pipefail
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
+LOG="$OUT/gpu_call.log"
+PY=${PYTHON:-python3}
+HOST=$(hostname)
+{
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      || { echo "wheel install failed"; exit 3; }
+  fi
+  export PYTHONPATH="/tmp/site:$PWD/.whl/bnb:$PWD/src:$PWD/bench${PYTHONPATH:+:$PYTHONPATH}"
+  $PY - <<'EOF' || exit 4
+import importlib.metadata as md
+import torch
+for n in ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "bitsandbytes", "liger-kernel",
+          "triton", "pydantic", "tokenizers", "huggingface-hub"):
+    try:
+        print(f"{n} {md.version(n)}")
+    except md.PackageNotFoundError:
+        print(f"{n} MISSING")
+print("cuda", torch.version.cuda, "device", torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+import bitsandbytes as bnb  # a 4-bit linear forward and backward, before any benchmark time is spent
+lin = bnb.nn.Linear4bit(64, 64, compute_dtype=torch.bfloat16, quant_type="nf4").cuda()
+x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+lin(x).float().sum().backward()
+print("bitsandbytes 4-bit linear ok:", tuple(x.grad.shape))
+EOF
+  echo "== smoke: every run, 2 steps, tiny shapes"
+  $PY bench/gpu_train_speed.py --device cuda --tiny --smoke --budget-s 150 \
+    --out "$OUT/gpu_train_speed-smoke-$HOST.json" || echo "smoke: some runs failed (see above); timing the rest"
+  [ "${SMOKE_ONLY:-0}" = 1 ] && exit 0
+  echo "== timed runs"
+  # shellcheck disable=SC2086  # ARGS is a list of flags
+  $PY bench/gpu_train_speed.py --device cuda --budget-s "${BUDGET_S:-400}" ${ARGS:-} \
+    --out "$OUT/gpu_train_speed-$HOST.json"
+} 2>&1 | tee "$LOG"
