@@ -22,7 +22,6 @@ from pathlib import Path
 
 from machine import REPO, machine
 
-
 CONFIRM = REPO / "bench" / "confirm" / "vox_confirm.jsonl"
 
 

@@ -1,12 +1,17 @@
-"""Training throughput on the embedded SmolLM2-135M: the mens loop side by side with TRL (SFTTrainer + peft LoRA).
+"""Training throughput on the embedded SmolLM2-135M: the mens loop side by side with TRL (SFTTrainer + peft LoRA,
+and + bitsandbytes NF4 for QLoRA).
 
 Data: every shared-corpus Vox example as a prompt/response pair, encoded once by mens' text policy (chat template,
 Vox system prompt, loss on the assistant's tokens only, left truncation), so both sides train on the same token
 sequences. Both: LoRA on the same projections, f32 on CPU, packing, the same rows per step, AdamW, cosine without
-warmup, seed 42. mens' own variants (LoRA unpacked, QLoRA packed) run too. Every run is a subprocess of its own, so
-peak RSS is per run. Reports input and supervised tokens/s, setup and train time, peak RSS, first and final loss,
-and the mens/TRL ratios. The TRL side needs `pip install -e .[bench] -c constraints.txt`.
-Run: `python bench/train_speed.py [--steps N] [--threads T] [--runs a,b] [--out PATH]`;
+warmup, seed 42. Pairs: mens vs TRL with LoRA, and with QLoRA (bitsandbytes' CPU NF4 on both sides); mens' LoRA
+unpacked runs on request. Every run is a subprocess of its own (so peak RSS is per run), and the runs alternate
+mens, TRL, mens, TRL ... for --repeats rounds, so a drift of the machine hits both sides. Reports input and
+supervised tokens/s, setup and train time, peak RSS, first and final loss, and per pair the mens/TRL ratios with
+their spread (min/median/max over the rounds) and the criterion: mens >= 1.5x TRL's supervised tokens/s at equal or
+lower peak RSS. TRL's entropy and token-accuracy metrics cannot be turned off in trl 1.16 (no SFTConfig option;
+its fused LM head computes them); the record says so. The TRL side needs `pip install -e .[bench] -c constraints.txt`.
+Run: `python bench/train_speed.py [--steps N] [--repeats R] [--threads T] [--runs a,b] [--out PATH]`;
 writes bench/results/train_speed-<host>.json.
 """
 
@@ -31,15 +36,21 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from gpu_train_runs import adapter_targets  # noqa: E402
 from machine import machine  # noqa: E402
 
-RUNS = {  # name -> (side, backend, pack)
+RUNS = {  # name -> (side, backend, pack); a round runs them in this order (mens and TRL alternate)
     "mens-lora-packed": ("mens", "lora", True),
     "trl-lora-packed": ("trl", "lora", True),
-    "mens-lora-unpacked": ("mens", "lora", False),
     "mens-qlora-packed": ("mens", "qlora", True),
+    "trl-qlora-packed": ("trl", "qlora", True),
+    "mens-lora-unpacked": ("mens", "lora", False),
 }
-PAIR = ("mens-lora-packed", "trl-lora-packed")  # the side-by-side; ratios are mens / trl
+DEFAULT_RUNS = ("mens-lora-packed", "trl-lora-packed", "mens-qlora-packed", "trl-qlora-packed")
+PAIRS = (("mens-lora-packed", "trl-lora-packed"), ("mens-qlora-packed", "trl-qlora-packed"))  # ratios: mens / trl
+CRITERION = {"supervised_tokens_per_s_ratio_min": 1.5, "peak_rss_ratio_max": 1.0}
+TRL_METRICS = ("entropy and mean_token_accuracy stay on: trl 1.16's SFTTrainer.compute_loss computes them every step "
+               "(from its fused LM head) and SFTConfig has no option to turn them off")
 # One source for the settings both sides share (mens' TrainConfig names).
 SHARED = {"batch_size": 2, "grad_accum": 2, "learning_rate": 2e-4, "weight_decay": 0.01, "max_grad_norm": 1.0,
           "r": 16, "lora_alpha": 32.0, "lora_dropout": 0.05, "seed": 42, "warmup_steps": 0}
@@ -93,12 +104,13 @@ def run_mens(data: Path, tmp: Path, backend: str, pack: bool, args) -> dict:
     start_ts = next(e["ts_ms"] for e in events if e["event"] == "train_start") / 1000  # just before step 1
     examples = json.loads((out / MANIFEST).read_text())["examples"]
     return _finish({"steps": s["steps"], "examples": examples["train"], "packed_rows": examples["train_rows"],
+                    "peft_targets": adapter_targets(out),
                     "input_tokens": s["total_tokens"], "supervised_tokens": s["supervised_tokens"],
                     "first_loss": losses[0], "final_loss": losses[-1], "preflight_loss": s["first_loss"]},
                    s["train_time_s"], start_ts)
 
 
-def run_trl(data: Path, tmp: Path, args) -> dict:
+def run_trl(data: Path, tmp: Path, backend: str, args) -> dict:
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -106,7 +118,6 @@ def run_trl(data: Path, tmp: Path, args) -> dict:
     from trl import SFTConfig, SFTTrainer
 
     from mens.model.load import load_tokenizer, resolve_model
-    from mens.model.targets import find_targets
     from mens.train.data import read_examples
     from mens.train.text import IGNORE
 
@@ -118,10 +129,17 @@ def run_trl(data: Path, tmp: Path, args) -> dict:
     # Pre-tokenized: TRL skips its own chat rendering and builds labels from completion_mask (completion_only_loss).
     ds = Dataset.from_dict({"input_ids": [e.ids for e in examples],
                             "completion_mask": [[int(x != IGNORE) for x in e.labels] for e in examples]})
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    kwargs = {}
+    if backend == "qlora":  # mens' own NF4 settings (double quantization, f32 compute on CPU)
+        from mens.model.quant import nf4_config
+
+        kwargs = {"quantization_config": nf4_config("cpu"), "device_map": {"": "cpu"}}
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32, **kwargs)
     model.config.use_cache = False
+    # what the mens run of this round adapted (its adapter_config.json), else peft's every linear layer but the head
+    targets = json.loads(args.targets) if args.targets else {"target_modules": "all-linear"}
     lora = LoraConfig(r=SHARED["r"], lora_alpha=SHARED["lora_alpha"], lora_dropout=SHARED["lora_dropout"],
-                      target_modules=find_targets(model), bias="none", task_type="CAUSAL_LM")
+                      bias="none", task_type="CAUSAL_LM", **targets)
     conf = SFTConfig(output_dir=str(tmp / "trl"), max_steps=args.steps, max_length=args.seq_len,
                      per_device_train_batch_size=SHARED["batch_size"],
                      gradient_accumulation_steps=SHARED["grad_accum"], learning_rate=SHARED["learning_rate"],
@@ -171,6 +189,7 @@ def run_trl(data: Path, tmp: Path, args) -> dict:
                     "example_tokens": sum(len(e.ids) for e in examples),
                     "packed_tokens": sum(len(x) for x in trainer.train_dataset["input_ids"]),
                     "input_tokens": trainer.input_tokens, "supervised_tokens": trainer.supervised_tokens,
+                    "peft_targets": targets,
                     "first_loss": clock.losses[0], "final_loss": clock.losses[-1],
                     "padding_free": trainer.padding_free, "attn_implementation": model.config._attn_implementation,
                     "packing_isolates_examples": leak < 1e-4, "packing_leak_max_abs_logit": leak},
@@ -195,7 +214,7 @@ def worker(args) -> None:
     side, backend, pack = RUNS[args.worker]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        r = run_mens(args.data, tmp, backend, pack, args) if side == "mens" else run_trl(args.data, tmp, args)
+        r = run_mens(args.data, tmp, backend, pack, args) if side == "mens" else run_trl(args.data, tmp, backend, args)
     args.result.write_text(json.dumps({"run": args.worker, "side": side, "backend": backend, "pack": pack, **r}))
 
 
@@ -209,13 +228,31 @@ def machine_info(threads: int) -> dict:
     return {**machine(), "threads": threads, "versions": versions}
 
 
-def ratios(by_run: dict) -> dict | None:
-    """mens / TRL for the matched pair (> 1 on a rate: mens is faster; < 1 on memory: mens uses less)."""
-    m, t = (by_run.get(n) for n in PAIR)
-    if not (m and t):
+def _spread(values: list[float]) -> dict | None:
+    if not values:
         return None
-    keys = ("tokens_per_s", "supervised_tokens_per_s", "peak_rss_mb", "train_time_s", "setup_s")
-    return {"pair": f"{PAIR[0]} / {PAIR[1]}", **{k: round(m[k] / t[k], 3) for k in keys if t[k]}}
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {"min": round(ordered[0], 3), "median": round(median, 3), "max": round(ordered[-1], 3), "n": len(values)}
+
+
+def ratios(results: list[dict]) -> dict:
+    """Per pair, mens / TRL of round i against round i (> 1 on a rate: mens is faster; < 1 on memory: mens uses
+    less), min/median/max over the rounds, and whether the criterion holds on the medians."""
+    out = {}
+    for m_name, t_name in PAIRS:
+        rounds = list(zip([r for r in results if r["run"] == m_name], [r for r in results if r["run"] == t_name],
+                          strict=False))
+        if not rounds:
+            continue
+        keys = ("supervised_tokens_per_s", "tokens_per_s", "peak_rss_mb", "train_time_s", "setup_s")
+        entry = {k: _spread([m[k] / t[k] for m, t in rounds if t[k]]) for k in keys}
+        sup, rss = entry["supervised_tokens_per_s"], entry["peak_rss_mb"]
+        entry["criterion"] = {**CRITERION, "met": bool(sup and rss and sup["median"] >= 1.5 and rss["median"] <= 1.0),
+                              "met_in_every_round": bool(sup and rss and sup["min"] >= 1.5 and rss["max"] <= 1.0)}
+        out[f"{m_name} / {t_name}"] = entry
+    return out
 
 
 def main() -> None:
@@ -224,11 +261,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads in every run")
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus" / "vox")
-    ap.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {', '.join(RUNS)}")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds; each runs every --runs entry once, in order")
+    ap.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated subset of {', '.join(RUNS)}")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / f"train_speed-{socket.gethostname()}.json")
     ap.add_argument("--worker", choices=RUNS, help=argparse.SUPPRESS)  # internal: one run in this process
     ap.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--targets", help=argparse.SUPPRESS)  # internal: the PEFT targets mens chose, as JSON
     args = ap.parse_args()
     if args.worker:
         return worker(args)
@@ -243,24 +282,27 @@ def main() -> None:
         names = [n for n in names if n not in skipped]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
-    results = []
+    results, targets = [], {}  # targets: backend -> what mens adapted, handed to TRL
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "train.jsonl"
         n_rows = make_data(args.corpus, data)
-        for name in names:
-            res = Path(tmp) / f"{name}.json"
+        for rnd, name in ((r, n) for r in range(args.repeats) for n in names):  # mens, trl, mens, trl, ...
+            res = Path(tmp) / f"{name}-{rnd}.json"
             t0 = time.time()
+            side, backend, _ = RUNS[name]
+            extra = ["--targets", json.dumps(targets[backend])] if side == "trl" and backend in targets else []
             subprocess.run([sys.executable, __file__, "--worker", name, "--data", str(data), "--result", str(res),
-                            "--steps", str(args.steps), "--threads", str(args.threads), "--seq-len", str(args.seq_len)],
-                           env=env, check=True)
-            results.append({**json.loads(res.read_text()), "wall_time_s": round(time.time() - t0, 1)})
+                            "--steps", str(args.steps), "--threads", str(args.threads), "--seq-len", str(args.seq_len),
+                            *extra], env=env, check=True)
+            results.append({**json.loads(res.read_text()), "round": rnd, "wall_time_s": round(time.time() - t0, 1)})
+            if side == "mens" and results[-1].get("peft_targets"):
+                targets.setdefault(backend, results[-1]["peft_targets"])
             print(json.dumps(results[-1]), flush=True)
-    by_run = {r["run"]: r for r in results}
     doc = {"bench": "train_speed", "machine": machine_info(args.threads), "rows": n_rows, "steps": args.steps,
-           "seq_len": args.seq_len, "shared_settings": SHARED,
+           "repeats": args.repeats, "seq_len": args.seq_len, "shared_settings": SHARED, "trl_metrics": TRL_METRICS,
            "batch": f"{SHARED['batch_size']} rows x accum {SHARED['grad_accum']} per optimizer step (a row: examples "
                     "packed up to seq_len, or one example unpacked)",
-           "ratios_mens_over_trl": ratios(by_run), "skipped": skipped, "results": results}
+           "ratios_mens_over_trl": ratios(results), "skipped": skipped, "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"ratios mens/trl: {json.dumps(doc['ratios_mens_over_trl'])}\nwrote {args.out}")
