@@ -1,0 +1,94 @@
+"""bench/gpu_train_speed.py: the plan, the budget, the ratios and MFU (fast), and its `--device cpu --tiny` mode end to
+end (in the default run, so CI runs the GPU bench's code path on CPU): mens always, TRL when `trl` imports (else the JSON records why it was skipped)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+gts = pytest.importorskip("gpu_train_speed")
+
+
+def test_plan_puts_the_first_shape_qlora_pair_first_and_alternates_sides():
+    plan = gts.plan_runs(["qwen2.5-0.5b", "qwen2.5-1.5b"], ["qlora", "lora"], ["mens", "trl"], 2)
+    assert [(r["shape"], r["backend"], r["side"]) for r in plan[:4]] == [
+        ("qwen2.5-0.5b", "qlora", "mens"), ("qwen2.5-0.5b", "qlora", "trl")] * 2
+    assert len(plan) == 16 and plan[4]["backend"] == "lora" and plan[-1]["shape"] == "qwen2.5-1.5b"
+
+
+def test_defaults_follow_the_device_and_tiny_mode():
+    gpu = gts.parse_args(["--out", "x.json"])
+    assert (gpu.repeats, gpu.steps, gpu.warmup, gpu.seq_len, gpu.grad_accum) == (3, 6, 2, 2048, 4)
+    tiny = gts.parse_args(["--device", "cpu", "--tiny", "--out", "x.json"])
+    assert (tiny.repeats, tiny.steps, tiny.warmup, tiny.seq_len) == (1, 2, 1, 128)
+    smoke = gts.parse_args(["--smoke", "--tiny", "--out", "x.json"])
+    assert (smoke.steps, smoke.warmup, smoke.repeats) == (2, 0, 1)
+
+
+def test_estimate_uses_the_last_measured_run_of_its_kind():
+    a = gts.parse_args(["--out", "x.json"])
+    run = {"shape": "qwen2.5-0.5b", "backend": "qlora", "side": "mens", "repeat": 0}
+    guess = gts.estimate_s(run, a, {})
+    assert guess > 25  # overhead + tokens / guessed rate
+    assert gts.estimate_s(run, a, {("qwen2.5-0.5b", "qlora", "mens"): 7.0}) == 7.0
+
+
+def test_mfu_is_six_n_tokens_over_peak():
+    assert gts.mfu(1000.0, 10**9, 600.0) == pytest.approx(6 * 1e9 * 1000 / 600e12, abs=1e-4)
+    assert gts.mfu(None, 10**9, 989.4) is None and gts.mfu(1000.0, 10**9, None) is None
+
+
+def test_summary_pairs_rounds_and_flags_different_tokens():
+    def rec(side, sup_rate, mem, loss, sup=100):
+        return {"shape": "s", "backend": "lora", "side": side, "ok": True, "supervised_tokens_per_s": sup_rate,
+                "tokens_per_s": sup_rate * 2, "peak_rss_mb": mem, "first_batch_loss": loss,
+                "timed_supervised_tokens": sup}
+
+    results = [rec("mens", 300, 50, 2.0), rec("trl", 100, 100, 2.0), rec("mens", 200, 50, 2.0),
+               rec("trl", 100, 100, 2.0)]
+    s = gts.summarize(results, {"s": {"matmul_params": 10**6}}, 100.0, None)["s/lora"]
+    assert s["mens_over_trl"]["supervised_tokens_per_s"] == {"min": 2.0, "median": 2.5, "max": 3.0, "n": 2}
+    assert s["mens_over_trl"]["peak_memory"]["median"] == 0.5
+    assert s["mens_over_trl"]["same_timed_tokens"] and s["mens_over_trl"]["first_batch_loss_abs_diff"] == 0
+    results[1]["timed_supervised_tokens"] = 99
+    assert not gts.summarize(results, {}, None, None)["s/lora"]["mens_over_trl"]["same_timed_tokens"]
+
+
+def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert gts.main(["--device", "cpu", "--tiny", "--dry-run", "--out", str(out)]) == 0
+    assert "estimate" in capsys.readouterr().out and not out.exists()
+
+
+def test_tiny_cpu_mode_trains_both_sides_on_the_same_tokens(tmp_path):
+    out = tmp_path / "gpu_train_speed.json"
+    cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",
+           "--shapes", "qwen2.5-0.5b", "--backends", "lora", "--sides", "mens,trl,trl-liger", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["skipped_sides"]["trl-liger"]  # Liger is a GPU side: skipped with its reason on CPU
+    by_side = {r["side"]: r for r in doc["results"]}
+    mens = by_side["mens"]
+    assert mens["ok"] and mens["timed_steps"] == 2 and mens["supervised_tokens_per_s"] > 0
+    assert mens["peak_rss_mb"] > 0 and mens["peft_targets"]
+    if importlib.util.find_spec("trl") is None:
+        assert "trl" in doc["skipped_sides"]
+        return
+    trl = by_side["trl"]
+    assert trl["ok"] and trl["peft_targets"] == mens["peft_targets"]  # TRL adapts what mens adapted
+    assert trl["timed_supervised_tokens"] == mens["timed_supervised_tokens"]
+    # Same weights, same first packed row, the same objective: the same loss before any update (f32 on CPU).
+    assert trl["first_batch_loss"] == pytest.approx(mens["first_batch_loss"], abs=1e-4)
+    # and the same first optimizer step's loss (dropout draws differ: close, not equal)
+    assert trl["step_losses"][0] == pytest.approx(mens["step_losses"][0], abs=1e-2)
+    summary = doc["summary"]["qwen2.5-0.5b/lora"]["mens_over_trl"]
+    assert summary["same_timed_tokens"] and summary["supervised_tokens_per_s"]["n"] == 1
