@@ -1,5 +1,6 @@
-"""bench/gpu_train_speed.py: the plan, the budget, the ratios and MFU (fast), and its `--device cpu --tiny` mode end to
-end (in the default run, so CI runs the GPU bench's code path on CPU): mens always, TRL when `trl` imports (else the JSON records why it was skipped)."""
+"""bench/gpu_train_speed.py: the plan, the budget, the ratios and MFU, and its `--device cpu --tiny` mode end to end
+(in the default run, so CI runs the GPU bench's code path on CPU): mens always, TRL when `trl` imports (else the
+JSON records why it was skipped)."""
 
 from __future__ import annotations
 
