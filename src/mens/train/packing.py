@@ -2,8 +2,11 @@
 
 Examples in one row never see each other: position ids restart at 0 for every example, and the model is
 called without a 2D attention mask, so transformers (>= 4.5x masking_utils) builds a block-diagonal causal
-mask from the position ids (flash-attention kernels use the same ids as varlen boundaries). Padding is its
-own segment with label -100.
+mask from the position ids (flash-attention kernels use the same ids as varlen boundaries). Linear-attention
+layers (Gated DeltaNet, Mamba-style mixers) ignore position ids: for them a packed batch is flattened into one
+row with explicit boundaries (`cu_seq_lens_*` for the chunked delta rule, `seq_idx` for the short convolution),
+the arguments transformers hands to flash-linear-attention and causal-conv1d. Padding is its own segment with
+label -100.
 """
 
 from __future__ import annotations
@@ -57,6 +60,40 @@ def collate(rows: list[Row], pad_id: int):
     return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "position_ids": torch.tensor(pos)}
 
 
+RECURRENT_LAYER_TYPES = frozenset({"linear_attention", "mamba", "conv", "recurrent"})
+"""`config.layer_types` entries whose token mixer carries state along the row instead of attending by position."""
+
+
+def has_recurrent_layers(model) -> bool:
+    """Whether any decoder layer mixes tokens with a recurrence (then packed rows need varlen boundaries)."""
+    config = getattr(model, "config", None)
+    config = getattr(config, "text_config", None) or config
+    return any(kind in RECURRENT_LAYER_TYPES for kind in (getattr(config, "layer_types", None) or ()))
+
+
+def model_inputs(model, batch: dict, device: str, *, packed: bool) -> dict:
+    """Keyword arguments for `model(...)` (all but `logits_to_keep`) from a collated batch.
+
+    `packed`: some row holds 2+ examples (padding after one example needs no boundary: attention is causal).
+    Softmax attention takes the (B, T) rows with per-example position ids. A model with recurrent layers, given
+    packed rows, gets the batch flattened to (1, B*T) with the boundaries its kernels take; logits
+    and any (B, T) mask then follow the same row-major order (`mask.reshape(inputs["input_ids"].shape)`).
+    """
+    ids, pos = batch["input_ids"], batch["position_ids"]
+    kw: dict = {"use_cache": False}
+    if packed and has_recurrent_layers(model):
+        import torch
+        from transformers.modeling_flash_attention_utils import prepare_fa_kwargs_from_position_ids
+
+        ids, pos = ids.reshape(1, -1), pos.reshape(1, -1)
+        (cu_q, cu_k), (max_q, max_k) = prepare_fa_kwargs_from_position_ids(pos)
+        seq_idx = (torch.cumsum(pos == 0, -1) - 1).to(torch.int32)  # (1, B*T) segment number of each token
+        kw.update(cu_seq_lens_q=cu_q.to(device), cu_seq_lens_k=cu_k.to(device), max_length_q=int(max_q),
+                  max_length_k=int(max_k), seq_idx=seq_idx.to(device))
+    kw.update(input_ids=ids.to(device), position_ids=pos.to(device))
+    return kw
+
+
 def token_loss_sum(logits, labels):
     """Sum (not mean) of next-token cross-entropy over supervised positions, in float32. logits: (B, T, V)."""
     import torch.nn.functional as F
@@ -70,18 +107,17 @@ def token_loss_sum(logits, labels):
 def batch_loss_sum(model, rows: list[Row], pad_id: int, device: str, autocast):
     """Sum of token losses of one micro-batch (0-dim tensor with grad) and the batch's supervised-token count.
 
-    Logits are computed only where the next token is supervised (`logits_to_keep` as a boolean (B, T) mask):
-    with a 49k vocabulary the LM head and its f32 logits are a large share of time and memory, and prompt
-    positions never need them. No attention_mask: packed segments stay apart through their position ids.
+    Logits are computed only where the next token is supervised (`keep`, a boolean (B, T) mask), a few hundred
+    rows at a time (`mens.train.loss`): with a 152k vocabulary the LM head's f32 logits would outweigh the model.
+    No attention_mask: packed segments stay apart through their position ids.
     """
-    import torch.nn.functional as F
+    from mens.train.loss import supervised_loss_sum
 
     batch = collate(rows, pad_id)
     labels = batch["labels"]
     keep = labels.new_zeros(labels.shape, dtype=bool)
     keep[:, :-1] = labels[:, 1:] != IGNORE  # position t predicts token t+1
     target = labels[:, 1:][keep[:, :-1]].to(device)  # (N,)
-    with autocast():
-        logits = model(input_ids=batch["input_ids"].to(device), position_ids=batch["position_ids"].to(device),
-                       use_cache=False, logits_to_keep=keep.to(device)).logits  # (N, V)
-    return F.cross_entropy(logits.float(), target, reduction="sum"), int(target.numel())
+    inputs = model_inputs(model, batch, device, packed=any(len(row) > 1 for row in rows))
+    keep = keep.reshape(inputs["input_ids"].shape)  # (1, B*T) where rows were flattened for recurrent layers
+    return supervised_loss_sum(model, inputs, keep.to(device), target, autocast), int(target.numel())
