@@ -106,3 +106,53 @@ def test_packing_leak_check_passes_an_isolating_model_and_catches_a_leak(tiny_mo
             return self.inner(input_ids=input_ids, **kw)
 
     assert packing_leaks(IgnoresPositions(model), "cpu", autocast, model.config.vocab_size)
+
+
+def test_packing_leak_check_covers_batches_of_several_rows(tiny_model_dir):
+    """Fault: position ids honoured for a single row only (a batch of 2+ rows drops them). A one-row check passes
+    this model; the check runs the 2-row case training sees and catches it."""
+    from contextlib import nullcontext
+
+    from mens.train.preflight import packing_leaks
+
+    model = load_base(tiny_model_dir, backend="lora", device="cpu")
+
+    class OneRowOnly(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, position_ids=None, **kw):
+            if input_ids.shape[0] > 1:
+                position_ids = None
+            return self.inner(input_ids=input_ids, position_ids=position_ids, **kw)
+
+    wrapped = OneRowOnly(model)
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randint(3, 200, (1, 5), generator=g), torch.randint(3, 200, (1, 6), generator=g)
+    pos = torch.tensor([list(range(5)) + list(range(6))])
+    with torch.no_grad():  # one packed row alone: isolated
+        one = wrapped(input_ids=torch.cat([a, b], 1), position_ids=pos, use_cache=False).logits[0, 5:]
+        torch.testing.assert_close(one, wrapped(input_ids=b, use_cache=False).logits[0], atol=1e-5, rtol=0)
+    assert packing_leaks(wrapped, "cpu", nullcontext, model.config.vocab_size)
+    assert not packing_leaks(model, "cpu", nullcontext, model.config.vocab_size)
+
+
+def test_model_inputs_flatten_packed_rows_for_recurrent_layers_only(examples, tiny_model_dir):
+    from types import SimpleNamespace
+
+    from mens.train.packing import model_inputs
+
+    batch = collate(pack_examples(examples, 160), 0)
+    plain = model_inputs(load_base(tiny_model_dir, backend="lora", device="cpu"), batch, "cpu", packed=True)
+    assert plain.keys() == {"input_ids", "position_ids", "use_cache"}
+    assert plain["input_ids"].shape == batch["input_ids"].shape  # softmax attention: rows stay rows
+    hybrid = SimpleNamespace(config=SimpleNamespace(layer_types=["linear_attention", "full_attention"]))
+    assert model_inputs(hybrid, batch, "cpu", packed=False).keys() == plain.keys()  # one example a row: no bounds
+    kw = model_inputs(hybrid, batch, "cpu", packed=True)
+    B, T = batch["input_ids"].shape
+    assert kw["input_ids"].shape == (1, B * T) and kw["seq_idx"].shape == (1, B * T)
+    starts = torch.nonzero(batch["position_ids"].reshape(-1) == 0).flatten()
+    assert kw["cu_seq_lens_q"].tolist() == [*starts.tolist(), B * T]  # one boundary per example and pad segment
+    assert kw["seq_idx"][0, -1].item() == len(starts) - 1
+    assert kw["max_length_q"] == int(kw["cu_seq_lens_q"].diff().max())

@@ -49,7 +49,7 @@ def train(
     lora_layers: int = typer.Option(None, "--lora-layers", help="Adapt only the top N decoder layers (0 = all)."),
     min_examples: int = typer.Option(None, "--min-examples", help="Fewest usable examples accepted."),
     strict_targets: bool = typer.Option(None, "--strict-targets/--no-strict-targets",
-                                        help="Fail when an expected projection is missing."),
+                                        help="Fail when a decoder-layer projection would stay unadapted."),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (0 = default)."),
     autocast: str = typer.Option(None, "--autocast", help="Matmul precision: auto (default), bf16 or off (f32)."),
     fsdp: str = typer.Option(None, "--fsdp", help="Shard across torchrun processes: auto (when a replica would "

@@ -53,3 +53,18 @@ def peak_memory_mb(device: str) -> dict:
         out["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         out["cuda_max_reserved_mb"] = round(torch.cuda.max_memory_reserved() / 2**20, 1)
     return out
+
+
+def adapter_record(model) -> dict | None:
+    """What LoRA adapted (full module and parameter names), what it skipped or left out, and what trains.
+
+    None for a model without discovered targets (full fine-tuning).
+    """
+    targets = getattr(model, "mens_targets", None)
+    if targets is None:
+        return None
+    peft_cfg = model.peft_config["default"]
+    return {**targets.record(), "peft_target_modules": peft_cfg.target_modules,
+            "peft_target_parameters": list(peft_cfg.target_parameters or []), "lora_dropout": peft_cfg.lora_dropout,
+            "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "total_parameters": sum(p.numel() for p in model.parameters())}

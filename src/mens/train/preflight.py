@@ -88,20 +88,52 @@ def first_loss(model, rows: list, pad_id: int, device: str, autocast) -> float:
 
 
 def packing_leaks(model, device: str, autocast, vocab: int) -> bool:
-    """True when this architecture lets a packed example see its neighbour (position ids not honoured)."""
+    """True when packed rows let an example see its neighbour (position ids / varlen boundaries not honoured).
+
+    The batch is the multi-row case training sees: two rows of two examples each, the second row padded, built
+    with the same inputs as a training step (`model_inputs`); every example's logits must match its own forward.
+    """
     import torch
 
+    from mens.train.packing import collate, model_inputs
+    from mens.train.text import Example
+
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randint(3, vocab, (1, 5), generator=g), torch.randint(3, vocab, (1, 6), generator=g)
-    pos = torch.tensor([list(range(5)) + list(range(6))])
+    exs = [Example(ids=torch.randint(3, vocab, (n,), generator=g).tolist(), labels=[0] * n) for n in (5, 6, 7, 3)]
+    rows = [exs[:2], exs[2:]]
+    batch = collate(rows, 0)
     was_training = model.training
     model.eval()
     with torch.no_grad(), autocast():
-        packed = model(input_ids=torch.cat([a, b], 1).to(device), position_ids=pos.to(device), use_cache=False).logits
-        alone = model(input_ids=b.to(device), use_cache=False).logits
+        packed = model(**model_inputs(model, batch, device, packed=True)).logits
+        packed = packed.reshape(*batch["input_ids"].shape, -1).float()  # (B, T, V) again where it was flattened
+        alone = [model(input_ids=torch.tensor([ex.ids]).to(device), use_cache=False).logits[0].float() for ex in exs]
     model.train(was_training)
+    diff, scale, k = 0.0, 0.0, 0
+    for r, row in enumerate(rows):
+        offset = 0
+        for ex in row:
+            n = len(ex.ids)
+            diff = max(diff, float((packed[r, offset:offset + n] - alone[k]).abs().max()))
+            scale = max(scale, float(alone[k].abs().max()))
+            offset, k = offset + n, k + 1
     # Measured against the logits' own scale: under bf16 autocast (emulated on CPUs without native bf16) an
     # isolated example still differs by ~1% of the largest logit from kernel blocking, while a leak moves the
-    # logits by about their whole scale (the first token of `b` sees five more tokens).
-    diff = (packed[0, 5:].float() - alone[0].float()).abs().max()
-    return bool(diff > 0.05 * alone.float().abs().max() + 1e-3)
+    # logits by about their whole scale (the first token of the second example sees five more tokens).
+    return diff > 0.05 * scale + 1e-3
+
+
+def packing_problem(model, device: str, autocast, vocab: int) -> str | None:
+    """Why packed rows cannot train this model (examples would see each other), or None when they can."""
+    from mens.train.packing import has_recurrent_layers
+
+    how = "varlen boundaries (cu_seq_lens, seq_idx)" if has_recurrent_layers(model) else "per-example position ids"
+    try:
+        if not packing_leaks(model, device, autocast, vocab):
+            return None
+    except (ValueError, TypeError) as e:  # transformers' torch fallbacks refuse varlen boundaries they cannot honour
+        why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        kernels = (": packed linear attention needs flash-linear-attention and causal-conv1d (CUDA; mamba-ssm for "
+                   "Mamba layers)") if has_recurrent_layers(model) else ""
+        return f"{how} are not taken by this model's kernels ({why}){kernels}"
+    return f"{how} do not keep packed examples apart in this architecture"
