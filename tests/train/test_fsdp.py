@@ -44,6 +44,23 @@ def test_fsdp_setting_is_validated(data_dir, tmp_path, tiny_model_dir):
         tiny_config(data_dir, tmp_path / "x", tiny_model_dir, fsdp="yes")
 
 
+def test_qlora_is_never_sharded_on_cuda():
+    """--fsdp on + --backend qlora is refused at config validation unless the processes are CPUs; auto replicates."""
+    from mens.train.config import TrainConfig
+    from mens.train.fsdp import choose
+
+    for device in ("auto", "cuda"):
+        with pytest.raises(ConfigError, match="--fsdp on with --backend qlora: FSDP2 cannot shard a bitsandbytes"):
+            TrainConfig(backend="qlora", fsdp="on", device=device)
+    TrainConfig(backend="qlora", fsdp="on", device="cpu")  # gloo processes: test_fsdp_two_processes_... covers it
+    TrainConfig(backend="lora", fsdp="on", device="cuda")
+    kw = dict(world=2, model_config={}, r=4, seq_len=64, batch_size=1, gradient_checkpointing=False)
+    assert choose("auto", device="cuda:0", backend="qlora", **kw) == (
+        False, "ddp-allreduce over 2 processes (--fsdp auto: a 4-bit base is never sharded on CUDA)")
+    with pytest.raises(ConfigError, match="--fsdp on with --backend qlora"):
+        choose("on", device="cuda:1", backend="qlora", **kw)
+
+
 def test_lockstep_passes_follow_rank0_share():
     sharded = Dist(rank=1, world=2, sharded=True)
     assert lockstep_passes(sharded, 5, 2) == 2  # rank 0 holds rows 0, 2, 4
@@ -96,18 +113,22 @@ def _files(run: Path) -> set[str]:
 
 
 def _optimizer_diff(a_path: Path, b_path: Path) -> float:
-    import torch
+    from safetensors import safe_open
 
-    a, b = torch.load(a_path, weights_only=False), torch.load(b_path, weights_only=False)
-    assert a["param_groups"] == b["param_groups"]
-    assert a["state"].keys() == b["state"].keys()
+    def read(path):
+        with safe_open(str(path), "pt") as f:
+            return json.loads(f.metadata()["mens"]), {k: f.get_tensor(k) for k in f.keys()}
+
+    (layout_a, a), (layout_b, b) = read(a_path), read(b_path)
+    assert layout_a == layout_b  # param_groups and which tensor holds which state entry
+    assert a.keys() == b.keys()
     diff = 0.0
-    for i, s in a["state"].items():
-        assert s.keys() == b["state"][i].keys()
-        assert float(s["step"]) == float(b["state"][i]["step"])
-        for k in ("exp_avg", "exp_avg_sq"):
-            assert s[k].shape == b["state"][i][k].shape
-            diff = max(diff, (s[k] - b["state"][i][k]).abs().max().item())
+    for k in a:
+        assert a[k].shape == b[k].shape
+        if k.endswith(".step"):
+            assert float(a[k]) == float(b[k])
+        else:  # exp_avg, exp_avg_sq
+            diff = max(diff, (a[k] - b[k]).abs().max().item())
     return diff
 
 
@@ -142,7 +163,8 @@ def test_fsdp_two_processes_match_single_and_resume(backend, data_dir, tmp_path,
     final = _max_diff(load_file(str(single / WEIGHTS[backend])), load_file(str(out / WEIGHTS[backend])))
     ckpt = _max_diff(load_file(str(single / "checkpoints/step-2" / WEIGHTS[backend])),
                      load_file(str(out / "checkpoints/step-2" / WEIGHTS[backend])))
-    moments = _optimizer_diff(single / "checkpoints/step-2/optimizer.pt", out / "checkpoints/step-2/optimizer.pt")
+    moments = _optimizer_diff(single / "checkpoints/step-2/optimizer.safetensors",
+                              out / "checkpoints/step-2/optimizer.safetensors")
     print(f"{backend}: fsdp x2 vs single: final {final:.2e}, step-2 weights {ckpt:.2e}, step-2 Adam moments "
           f"{moments:.2e}")
     assert final < TOL[backend] and ckpt < TOL[backend] and moments < TOL[backend]

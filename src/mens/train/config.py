@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from mens.errors import ConfigError
+from mens.train.fsdp import quantized_sharding_problem
 
 BACKENDS = ("qlora", "lora", "full")
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -63,7 +64,8 @@ class TrainConfig:
     top half of SmolLM2-135M's layers trains 1.6x faster than all of them, but on dogfood's data it generalized
     worse (held-out task pass@1 0.62 vs 0.78 at the same wall time), so no preset uses it."""
     strict_targets: bool = False
-    """Fail when an expected attention/MLP projection is missing instead of adapting the rest."""
+    """Fail (ModelError) when a projection in a decoder layer would stay unadapted, MoE routers aside; off: a
+    warning names what was left out and the rest trains. Targets are found on the model (mens.model.targets)."""
     ce_last_k: int = 0
     """Supervise only the last K tokens of each example (0 = every assistant token). The original used 64,
     which drops the start of every answer longer than 64 tokens; we learn whole answers by default."""
@@ -118,6 +120,8 @@ class TrainConfig:
             problems.append(f"--fsdp {self.fsdp!r} (expected one of {', '.join(FSDP_MODES)})")
         if self.device not in DEVICES:
             problems.append(f"--device {self.device!r} (expected one of {', '.join(DEVICES)})")
+        if problem := quantized_sharding_problem(self.backend, self.fsdp, self.device):
+            problems.append(problem)
         for name in ("seq_len", "batch_size", "grad_accum", "r"):
             if int(getattr(self, name)) <= 0:
                 problems.append(f"{name} = {getattr(self, name)!r} (expected a positive integer)")

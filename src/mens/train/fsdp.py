@@ -39,9 +39,27 @@ def decide(mode: str, *, world: int, device: str, replicated_gb: float, memory_g
     return False, f"ddp-allreduce over {world} processes (--fsdp auto: {need} fits {memory_gb:.1f} GB)"
 
 
+def quantized_sharding_problem(backend: str, mode: str, device: str) -> str | None:
+    """Why --fsdp on cannot shard this base (config validation, before any model loads), or None.
+
+    FSDP2 shards a parameter by chunking its storage and all-gathers it back as a plain tensor: bitsandbytes'
+    packed NF4 weights (uint8 storage, `Params4bit` with its quantization state) then crash or silently compute
+    garbage on CUDA. On CPU processes (gloo) the same run matches one process (tests/train/test_fsdp.py).
+    """
+    if backend == "qlora" and mode == "on" and device != "cpu":
+        return ("--fsdp on with --backend qlora: FSDP2 cannot shard a bitsandbytes 4-bit base on CUDA (expected "
+                "--fsdp off or auto: each GPU holds the 4-bit base and LoRA gradients are summed; or --backend lora "
+                "--fsdp on: a bf16 base, sharded)")
+    return None
+
+
 def choose(mode: str, *, world: int, device: str, model_config: dict, backend: str, r: int, seq_len: int,
            batch_size: int, gradient_checkpointing: bool) -> tuple[bool, str]:
     """`decide`, with the replicated run's memory estimate (`mens probe`'s) worked out only when "auto" needs it."""
+    if world > 1 and (problem := quantized_sharding_problem(backend, mode, device)):
+        raise ConfigError(problem)
+    if world > 1 and mode == "auto" and backend == "qlora" and device.startswith("cuda"):
+        return False, f"ddp-allreduce over {world} processes (--fsdp auto: a 4-bit base is never sharded on CUDA)"
     if world <= 1 or mode != "auto" or device == "mps":
         return decide(mode, world=world, device=device, replicated_gb=0.0, memory_gb=None)
     from mens.train.probe import estimate_memory_gb
