@@ -17,7 +17,7 @@ COMMON = {"chat_template.jinja", "tokenizer.json", "tokenizer_config.json", "tra
           "training-preflight.json", "telemetry.jsonl", "run_summary.json"}
 ADAPTER = {"adapter_config.json", "adapter_model.safetensors"}
 FULL = {"config.json", "generation_config.json", "model.safetensors", "system_prompt.txt"}
-STATE = {"optimizer.pt", "scheduler.pt", "rng.pt", "state.json"}
+STATE = {"optimizer.safetensors", "scheduler.json", "rng.safetensors", "state.json", "checksums.json"}
 
 
 def _files(root):

@@ -99,10 +99,16 @@ def _checkpoint(run_dir: Path, st: LoopState, *, model, optimizer, scheduler, cf
                 telemetry: Telemetry, ckpt_state: dict, sync: bool = True) -> None:
     """Rank 0 writes checkpoints/step-N (atomically, with every rank's RNG); the others wait for it.
 
-    Sharded (FSDP): every rank first joins gathering the full weights and optimizer state to rank 0.
+    A step whose trainable weights or loss are not finite is never saved: every rank raises a ModelError that
+    names the last good checkpoint. Sharded (FSDP): every rank first joins gathering the full weights and
+    optimizer state to rank 0.
     """
-    from mens.train.checkpoint import capture_rng
+    from mens.train.checkpoint import capture_rng, nonfinite_weights, not_finite_error
 
+    bad = nonfinite_weights(model)  # this rank's shards; the verdict is summed so that every rank stops together
+    n_bad = float(len(bad) + (not math.isfinite(st.last_loss)))
+    if (distributed.all_sum(d, [n_bad])[0] if sync else n_bad) > 0:
+        raise not_finite_error(run_dir, st.step, st.last_loss, bad)
     rng_by_rank = distributed.gather_objects(d, capture_rng()) if sync else [capture_rng()]
     weights = fsdp.full_weights(model, cfg.backend) if d.sharded else None
     optimizer_state = fsdp.full_optimizer_state(optimizer, d.main) if d.sharded else None

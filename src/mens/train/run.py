@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from mens.errors import ConfigError, DataError, ModelError
 from mens.model.chat_template import save_tokenizer
 from mens.model.load import load_base, load_tokenizer, model_dir_problems, resolve_model, weights_sha256
 from mens.train import distributed, fsdp
-from mens.train.checkpoint import latest_checkpoint, load_checkpoint, save_weights
+from mens.train.checkpoint import apply_checkpoint, newest_good, save_final_weights
 from mens.train.config import TrainConfig
 from mens.train.data import (
     BatchPlan,
@@ -29,9 +30,9 @@ from mens.train.data import (
     split_validation,
 )
 from mens.train.loop import LoopState, train_loop
-from mens.train.manifest import MANIFEST, SUMMARY, contract_digest, peak_memory_mb, versions, write_json
+from mens.train.manifest import MANIFEST, SUMMARY, adapter_record, contract_digest, peak_memory_mb, versions, write_json
 from mens.train.packing import Row
-from mens.train.preflight import Preflight, embedding_problem, first_loss, packing_leaks, vocab_problem
+from mens.train.preflight import Preflight, embedding_problem, first_loss, packing_problem, vocab_problem
 from mens.train.schedule import effective_warmup, make_scheduler
 from mens.train.telemetry import Telemetry
 from mens.train.text import Example, default_system_prompt
@@ -196,7 +197,7 @@ def add_embedding_noise(model, alpha: float, pf: Preflight) -> None:
 
 
 def numeric_checks(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, pad_id: int, pf: Preflight) -> float:
-    """Finite loss on the first row before any update; packed examples provably isolated."""
+    """Finite loss on the first row before any update (packing isolation is `choose_packing`'s check)."""
     import math
 
     loss0 = first_loss(model, inp.rows[:1], pad_id, device, autocast)
@@ -204,20 +205,50 @@ def numeric_checks(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, 
         pf.fail("first loss", ModelError(f"{inp.model_dir}: the first batch's loss is {loss0} (not finite) before "
                                          "any update; the weights or the dtype are broken (try --backend lora)"))
     pf.ok("first loss", f"{loss0:.4f}")
-    if cfg.pack:
-        if packing_leaks(model, device, autocast, len(inp.tokenizer)):
-            pf.fail("packing isolation", ModelError(
-                f"{inp.model_dir}: this architecture ({inp.model_config.get('model_type')}) lets packed examples see "
-                "each other (per-example position ids are not honoured); train with --no-pack"))
-        pf.ok("packing isolation", "per-example position ids give a block-diagonal mask")
     return loss0
 
 
+def choose_packing(cfg: TrainConfig, inp: Inputs, model, device: str, pf: Preflight) -> dict:
+    """Keep packed rows where this model keeps packed examples apart; otherwise fall back to one example per row
+    (re-planning the steps) with a one-line note, never a refusal. Returns the manifest's `packing` record."""
+    import warnings
+
+    from mens.train.packing import has_recurrent_layers
+
+    if not cfg.pack:
+        return {"mode": "off"}
+    autocast = _autocast(autocast_dtype(cfg.autocast, device, cfg.backend), device)
+    problem = packing_problem(model, device, autocast, len(inp.tokenizer))
+    if problem is None:
+        mode = "varlen" if has_recurrent_layers(model) else "position_ids"
+        pf.ok("packing isolation", f"packed rows keep examples apart ({mode}; checked on 2 rows x 2 examples)")
+        return {"mode": mode}
+    note = (f"packing off for {inp.model_config.get('model_type')}: {problem}; training on one example per row "
+            "(--no-pack silences this note)")
+    warnings.warn(note, stacklevel=2)
+    inp.rows = build_rows(inp.train, pack=False, seq_len=cfg.seq_len)
+    inp.val_rows = build_rows(inp.val, pack=False, seq_len=cfg.seq_len)
+    inp.plan = plan_steps(len(inp.rows), inp.plan.global_batch, epochs=cfg.epochs, max_steps=cfg.max_steps,
+                          seed=cfg.seed)
+    pf.ok("packing isolation", note)
+    return {"mode": "unpacked", "note": note}
+
+
 def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, scheduler, rank: int) -> tuple[int, str | None]:
-    if not cfg.resume or (ckpt := latest_checkpoint(run)) is None:
+    """Continue from the newest checkpoint that verifies and loads; each newer one skipped gets one printed line."""
+    if not cfg.resume:
         return 0, None
-    state = load_checkpoint(ckpt, model=model, backend=cfg.backend, optimizer=optimizer, scheduler=scheduler,
-                            rank=rank)
+    loaded, skipped = newest_good(run, model=model, backend=cfg.backend, optimizer=optimizer, scheduler=scheduler)
+    if rank == 0:
+        for reason in skipped:
+            then = f"resuming from {loaded.path.name}" if loaded else "no older checkpoint"
+            print(f"{reason}; {then}", file=sys.stderr, flush=True)
+    if loaded is None:
+        if skipped:
+            raise DataError(f"--resume: no usable checkpoint in {run / 'checkpoints'} ({'; '.join(skipped)}); start "
+                            "again with a new --output-dir, or resume with the mens version that wrote them")
+        return 0, None
+    state, ckpt = loaded.state, loaded.path
     if state.get("contract_digest") != inp.digest:
         raise ConfigError(f"--resume: {ckpt} was written with other settings, data or base weights (contract digest "
                           f"{str(state.get('contract_digest'))[:12]} != {inp.digest[:12]}); resume with the same "
@@ -225,6 +256,7 @@ def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, schedule
     if state.get("global_batch") != inp.plan.global_batch:
         raise ConfigError(f"--resume: global batch {inp.plan.global_batch} != {state.get('global_batch')} saved in "
                           f"{ckpt}; keep batch_size x grad_accum x processes the same")
+    apply_checkpoint(loaded, model=model, backend=cfg.backend, optimizer=optimizer, scheduler=scheduler, rank=rank)
     return int(state["step"]), ckpt.name
 
 
@@ -245,7 +277,8 @@ def _manifest(cfg, inp: Inputs, *, run_id, device, world, warmup, start_step, re
         "steps": {"planned": inp.plan.total_steps, "steps_per_epoch": inp.plan.steps_per_epoch,
                   "global_batch": inp.plan.global_batch, "warmup": warmup, "completed": start_step,
                   "resumed_from": resumed_from},
-        "target_modules": None if cfg.backend == "full" else sorted(model.peft_config["default"].target_modules),
+        "target_modules": None if cfg.backend == "full" else (adapter_record(model) or {}).get("modules"),
+        "adapter": adapter_record(model),
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -287,6 +320,7 @@ def run_training(cfg: TrainConfig) -> dict:
     inp = prepare_inputs(cfg, pf, d.world)
 
     model = build_model(cfg, inp, device, pf)
+    packing = choose_packing(cfg, inp, model, device, pf)  # before the plan is used: it may re-plan
     shard, parallelism = fsdp.choose(cfg.fsdp, world=d.world, device=device, model_config=inp.model_config,
                                      backend=cfg.backend, r=cfg.r, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
                                      gradient_checkpointing=cfg.gradient_checkpointing)
@@ -316,6 +350,7 @@ def run_training(cfg: TrainConfig) -> dict:
     manifest = _manifest(cfg, inp, run_id=run_id, device=device, world=d.world, warmup=warmup,
                          start_step=start_step, resumed_from=resumed_from, model=model, amp=amp)
     manifest["parallelism"] = "fsdp" if d.sharded else "ddp-allreduce" if d.world > 1 else "single"
+    manifest["packing"] = packing
     tel = Telemetry(run, enabled=d.main)
     if d.main:
         pf.write()
@@ -342,7 +377,7 @@ def run_training(cfg: TrainConfig) -> dict:
     weights = fsdp.full_weights(model, cfg.backend) if d.sharded else None  # every rank joins the gather
     summary: dict = {}
     if d.main:
-        save_weights(model, run, cfg.backend, state=weights)
+        save_final_weights(model, run, cfg.backend, weights, step=st.step, loss=st.last_loss)
         wall = time.time() - wall0
         summary = _summary(cfg, inp, st, run_id=run_id, device=device, world=d.world, start_step=start_step,
                            loss0=loss0, wall=wall)
