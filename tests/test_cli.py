@@ -54,6 +54,28 @@ def test_mens_errors_map_to_exit_codes_with_one_line(monkeypatch, capsys, exc: M
     assert err.strip() == f"error: {exc}"
 
 
+@pytest.mark.parametrize(("exc", "code", "says"), [
+    (OSError(28, "No space left on device", "runs/r1/telemetry.jsonl"), 2,
+     "No space left on device: runs/r1/telemetry.jsonl (errno 28)"),
+    (KeyError("completion"), 3, "internal error (a bug in mens): KeyError: 'completion'; run the command again with "
+                                "--debug"),
+])
+def test_os_errors_and_bugs_are_one_line_too(monkeypatch, capsys, exc, code, says):
+    """A full disk or an unexpected bug never shows a user a traceback: one line, and --debug for the rest."""
+    def boom() -> None:
+        raise exc
+
+    app = typer.Typer()
+    app.command("boom")(boom)
+    app.command("other")(lambda: None)
+    monkeypatch.setattr(cli_main, "app", app)
+    with pytest.raises(SystemExit) as info:
+        cli_main.main(["boom"])
+    assert info.value.code == code
+    err = capsys.readouterr().err.strip()
+    assert says in err and "\n" not in err and "Traceback" not in err
+
+
 def test_debug_flag_shows_traceback(monkeypatch):
     app = typer.Typer()
 

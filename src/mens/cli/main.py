@@ -83,4 +83,18 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except BrokenPipeError:  # `mens vox check --json … | head`
         sys.exit(0)
+    except OSError as e:  # a full disk, a permission, a vanished file: what and where, in one line
+        if _state["debug"]:
+            raise
+        where = f": {e.filename}" if e.filename else ""
+        typer.secho(f"error: {e.strerror or e}{where} (errno {e.errno}); free space or fix the path's permissions, "
+                    "then run the command again (finished outputs and checkpoints are kept)", err=True,
+                    fg=typer.colors.RED)
+        sys.exit(2)
+    except Exception as e:  # a bug in mens: one line and how to see more, never a bare traceback
+        if _state["debug"]:
+            raise
+        typer.secho(f"internal error (a bug in mens): {type(e).__name__}: {e}; run the command again with --debug "
+                    "for the traceback and report it", err=True, fg=typer.colors.RED)
+        sys.exit(3)
     sys.exit(rv if isinstance(rv, int) else 0)
