@@ -68,3 +68,21 @@ def test_vox_constrained_answers_parse_even_when_cut_by_the_budget(tmp_path):
             out = "".join(stream_tokens(model, tok, [tok.eos_token_id], max_new_tokens=budget, temperature=1.2,
                                         seed=seed, stop_ids={tok.eos_token_id}, constraint=constraint))
             assert vox.parse(out).has_code, (seed, budget, out)
+
+
+def test_should_stop_ends_a_constrained_search_and_a_plain_answer_at_the_next_step(tiny):
+    model, tok = tiny
+    ids = tok("hello", add_special_tokens=False)["input_ids"]
+    digits = Constraint(viable=lambda t: all(c in "0123456789" for c in t), complete=lambda t: len(t) >= 50,
+                        max_candidates=400)
+    calls = []
+
+    def stop_after_3() -> bool:
+        calls.append(1)
+        return len(calls) > 3
+
+    assert list(stream_tokens(model, tok, ids, max_new_tokens=40, constraint=digits, should_stop=stop_after_3)) == []
+    assert len(calls) == 4  # three model steps, then it stopped
+    calls.clear()
+    out = list(stream_tokens(model, tok, ids, max_new_tokens=40, stop_ids=set(), should_stop=stop_after_3))
+    assert len(calls) == 4 and len(out) <= 3

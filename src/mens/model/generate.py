@@ -113,19 +113,21 @@ def _last_logits(model, keep_last: bool, **inputs) -> tuple[torch.Tensor, object
 def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int = 256, temperature: float = 0.0,
                   top_p: float = 1.0, seed: int | None = None, stop_ids: set[int] | None = None,
                   constraint: Constraint | None = None, on_token: Callable[[int], None] | None = None,
-                  stop_text: Callable[[str], bool] | None = None) -> Iterator[str]:
+                  stop_text: Callable[[str], bool] | None = None,
+                  should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
     """Yield text pieces of the continuation of `input_ids`, one model step at a time.
 
     With a constraint the answer is searched for (with bounded backtracking) and yielded once it is done,
     since a dead end may take back tokens. `on_token` is called with each kept token id (stop tokens
     excluded), e.g. to count usage. `stop_text(text so far)` ends an unconstrained answer after the token that
-    made it true (that token is kept), as in `generate_greedy_batch`.
+    made it true (that token is kept), as in `generate_greedy_batch`. `should_stop()` true ends the answer at the
+    next model step (a server whose client left); a constrained search then yields nothing.
     """
     stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids
     gen = torch.Generator(device="cpu").manual_seed(seed if seed is not None else 0)
     if constraint is not None:
         yield from _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p, gen, stop_ids,
-                                constraint, on_token)
+                                constraint, on_token, should_stop)
         return
     device = next(model.parameters()).device
     keep_last = _keeps_last_logits_only(model)
@@ -133,6 +135,8 @@ def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int
     ids = torch.tensor([input_ids], device=device)
     past = None
     for _ in range(max_new_tokens):
+        if should_stop is not None and should_stop():
+            return
         logits, past = _last_logits(model, keep_last, input_ids=ids, past_key_values=past)
         token = int(_candidates(logits[0], temperature, top_p, gen, 1)[0])
         if token in stop_ids:
@@ -277,7 +281,7 @@ MAX_BACKTRACKS = 32
 
 
 def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p, gen, stop_ids,
-                 constraint: Constraint, on_token) -> Iterator[str]:
+                 constraint: Constraint, on_token, should_stop=None) -> Iterator[str]:
     """Depth-first decoding over viable prefixes.
 
     Each step keeps the first candidate (model order) whose text stays viable; a stop token is kept only
@@ -291,6 +295,8 @@ def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p
     alternatives: list[list[int]] = []  # per kept token: the candidates not yet tried at that position
     pending, past, backtracks, done = list(input_ids), None, 0, False
     while len(detok.ids) < max_new_tokens and not done:
+        if should_stop is not None and should_stop():
+            return
         logits, past = _last_logits(model, keep_last, input_ids=torch.tensor([pending], device=device),
                                     past_key_values=past)
         order = _candidates(logits[0], temperature, top_p, gen, constraint.max_candidates)

@@ -6,6 +6,7 @@ The app never touches torch; a real engine (`mens.serve.hf_engine`) or a test do
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,6 +26,9 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     constrained: bool = False
     """Restrict decoding to text that stays a viable prefix of the engine's language."""
+    cancelled: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    """Set by the server when the answer is no longer wanted (client gone, deadline, shutdown). An engine checks it
+    between model steps: a step that yields no text for a long while (a constrained search) still stops."""
 
 
 @dataclass

@@ -64,4 +64,4 @@ class HFEngine:
         top_p = max(request.top_p, MIN_TOP_P)
         yield from stream_tokens(self.loaded.model, self.loaded.tokenizer, ids, max_new_tokens=request.max_tokens,
                                  temperature=temperature, top_p=top_p, seed=request.seed,
-                                 constraint=constraint, on_token=count)
+                                 constraint=constraint, on_token=count, should_stop=request.cancelled.is_set)

@@ -29,6 +29,9 @@ log = logging.getLogger("mens.serve")
 POLL_S = 0.05
 """How often a queued request checks its client, deadline and shutdown."""
 
+WATCH_S = 0.25
+"""While the engine computes a piece, how often the client, the deadline and shutdown are checked."""
+
 _END = object()
 
 
@@ -108,6 +111,8 @@ class Job:
         """Set when the answer ended by an error (engine failure, shutdown) rather than finishing."""
         self.gone = False
         self._open = True
+        self._step: asyncio.Future | None = None
+        """The engine step running in a worker thread, if any (close waits for it before freeing the engine)."""
 
     async def next_piece(self) -> str | None:
         """The next piece of text, or None once the answer has ended (see `finish`, `error`, `gone`)."""
@@ -118,12 +123,17 @@ class Job:
                 self.done, self.gone = True, True
                 return None
             try:
-                piece = await anyio.to_thread.run_sync(next, self._gen, _END)
+                piece = await self._next_from_engine()
             except Exception as e:  # the engine failed: the client gets a 500, the log gets the traceback
                 log.exception("generation failed")
                 self.done = True
                 self.error = ApiError(500, f"generation failed: {type(e).__name__}: {e}", type_="server_error",
                                       code="engine_error")
+                return None
+            if self.req.cancelled.is_set():  # the watcher stopped the engine mid-step: end the answer for its reason
+                if self._stop_now():  # deadline ("length") or shutdown (an error)
+                    return self._scanner.flush() or None
+                self.done, self.gone = True, True
                 return None
             if piece is _END:
                 self.done = True
@@ -135,6 +145,20 @@ class Job:
             if out:
                 return out
         return None
+
+    async def _next_from_engine(self):
+        """The engine's next piece, computed in a worker thread. A piece can take long (a constrained answer is
+        searched before its first piece), so the client, the deadline and shutdown are watched meanwhile: the
+        request's `cancelled` event then tells the engine to stop at its next model step."""
+        step = self._step = asyncio.ensure_future(anyio.to_thread.run_sync(next, self._gen, _END))
+        while not step.done():
+            await asyncio.wait({step}, timeout=WATCH_S)
+            if step.done() or self.req.cancelled.is_set():
+                continue
+            stop_at = min(t for t in (self.deadline, self.scheduler.stop_at, float("inf")) if t is not None)
+            if time.monotonic() >= stop_at or await self._is_gone():
+                self.req.cancelled.set()
+        return step.result()
 
     def _stop_now(self) -> bool:
         """End the answer here if the request's deadline or the shutdown deadline has passed."""
@@ -164,11 +188,28 @@ class Job:
         return "".join(parts)
 
     def close(self) -> None:
-        """Stop the engine's token loop and free the engine for the next request (idempotent)."""
+        """Stop the engine's token loop and free the engine for the next request (idempotent).
+
+        If an engine step is still running in its thread (the awaiting task was cancelled), the engine is freed
+        only when that step returns, which `cancelled` makes happen at its next model step: two generations
+        never share the model.
+        """
         if not self._open:
             return
         self._open = False
         self.done = True
+        self.req.cancelled.set()  # an engine still inside a step stops at its next model step
+        if self._step is not None and not self._step.done():
+            self._step.add_done_callback(self._after_step)
+        else:
+            self._finish_close()
+
+    def _after_step(self, step: asyncio.Future) -> None:
+        if not step.cancelled():
+            step.exception()  # retrieved (the request is over): no "exception never retrieved" noise
+        self._finish_close()
+
+    def _finish_close(self) -> None:
         try:
             close = getattr(self._gen, "close", None)  # a generator: GeneratorExit ends the engine's token loop
             if close is not None:
