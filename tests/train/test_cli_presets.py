@@ -116,3 +116,36 @@ def test_status_reads_progress_from_telemetry(tmp_path):
     done = subprocess.run([sys.executable, "-m", "mens", "status", str(tmp_path), "--json"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and json.loads(done.stdout)["final_loss"] == 0.5
+
+
+def test_gradient_checkpointing_is_chosen_from_the_memory_estimate():
+    from mens.train.presets import card_presets
+    from mens.train.probe import choose_checkpointing, estimate_memory_gb
+
+    qwen4b = {"hidden_size": 2560, "num_hidden_layers": 36, "vocab_size": 151936, "intermediate_size": 9728,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True}
+    shape = {"backend": "lora", "r": 32, "seq_len": 4096, "batch_size": 4}
+    without = estimate_memory_gb(qwen4b, **shape)["total_gb"]
+    on, why = choose_checkpointing(None, model_config=qwen4b, memory_gb=without / 0.9 - 0.5, **shape)
+    assert on and "> 90%" in why
+    assert estimate_memory_gb(qwen4b, gradient_checkpointing=True, **shape)["total_gb"] < without
+    off, why = choose_checkpointing(None, model_config=qwen4b, memory_gb=without / 0.9 + 0.5, **shape)
+    assert not off and "fits" in why
+    assert choose_checkpointing(None, model_config=qwen4b, memory_gb=None, **shape)[0] is False
+    assert choose_checkpointing(False, model_config=qwen4b, memory_gb=1.0, **shape) == (
+        False, "off (--no-gradient-checkpointing)")
+    assert choose_checkpointing(True, model_config=qwen4b, memory_gb=1e6, **shape)[0] is True
+    for name in card_presets().values():  # no preset forces it: the estimate decides per model and card
+        assert "gradient_checkpointing" not in load_preset(name), name
+
+
+def test_the_loss_estimate_counts_one_chunk_of_logits_not_all_of_them():
+    from mens.train.probe import estimate_memory_gb
+
+    qwen05 = {"hidden_size": 896, "num_hidden_layers": 24, "vocab_size": 151936, "intermediate_size": 4864,
+              "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": True}
+    kw = dict(backend="qlora", r=16, seq_len=2048, gradient_checkpointing=True)
+    short = estimate_memory_gb(qwen05, batch_size=1, **kw)["total_gb"]
+    long = estimate_memory_gb(qwen05, batch_size=4, **kw)["total_gb"]
+    # all logits and their gradients for 3 x 2048 more tokens would be ~7 GB; checkpointed activations add < 1
+    assert long - short < 1

@@ -55,6 +55,8 @@ def test_backend_writes_documented_run_and_overfits(backend, small_data, tmp_pat
     assert summary["peak_memory"]["cpu_max_rss_mb"] > 0 and summary["tokens_per_s"] > 0
     pre = json.loads((out / "training-preflight.json").read_text())
     assert pre["passed"] and {c["check"] for c in pre["checks"]} >= {"data", "model files", "first loss"}
+    # not forced by flag or preset: chosen from the memory estimate (a tiny model fits anywhere)
+    assert man["gradient_checkpointing"]["on"] is False and "fits" in man["gradient_checkpointing"]["why"]
 
 
 def test_adapter_loads_with_plain_peft_and_matches(data_dir, tmp_path, tiny_model_dir):

@@ -92,8 +92,9 @@ class TrainConfig:
     init: a second round of training on new data continues what the first learned. Same rank and targets."""
     system_prompt: str | None = None
     """System prompt for prompt/response rows; None = the packaged Vox prompt, "" = none."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in backward (less memory, ~30% slower)."""
+    gradient_checkpointing: bool | None = None
+    """Recompute activations in backward (less memory, ~30% slower). None = chosen from the memory estimate (as
+    `mens probe`): on when the run without it is estimated above 90% of one process's memory, off otherwise."""
     autocast: str = "auto"
     """Matmul precision (weights and optimizer stay f32): "auto" = bf16 for full fine-tuning on a CUDA GPU with
     bf16 (LoRA/QLoRA bases are bf16 there already), f32 elsewhere; "bf16" = bf16 autocast wherever the device
@@ -157,7 +158,7 @@ def coerce(key: str, value, where: str):
     try:
         if value is None or kind in ("str | None", "dict"):
             return value
-        if kind == "bool":
+        if kind in ("bool", "bool | None"):
             if not isinstance(value, bool):
                 raise TypeError
             return value

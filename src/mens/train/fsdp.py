@@ -14,8 +14,7 @@ import os
 import sys
 
 from mens.errors import ConfigError, ModelError
-
-FIT_SHARE = 0.9  # a replicated run "fits" when its estimate is at most 90% of one process's memory (as `mens probe`)
+from mens.train.probe import FIT_SHARE  # a replicated run "fits" in this share of one process's memory
 
 
 def decide(mode: str, *, world: int, device: str, replicated_gb: float, memory_gb: float | None) -> tuple[bool, str]:

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from mens.errors import ModelError
 from mens.train import distributed, fsdp
 from mens.train.checkpoint import save_checkpoint
@@ -47,15 +49,16 @@ def accumulate_gradients(model, micro: list[list[Row]], n_supervised: float, *, 
     batch is split into micro-batches or processes. `passes` > len(micro): backward `filler` that many extra times
     with weight 0 (FSDP: this rank still joins every collective, and its gradient is unchanged).
     """
-    loss_sum = 0.0
+    # Summed on the device and read once per step: an .item() per micro-batch would stall a GPU's queue each time.
+    parts = []
     for mb in micro:
         part, _ = batch_loss_sum(model, mb, pad_id, device, autocast)
         (part / n_supervised).backward()
-        loss_sum += part.item()
+        parts.append(part.detach())
     for _ in range(passes - len(micro)):
         part, _ = batch_loss_sum(model, filler, pad_id, device, autocast)
         (part * 0.0).backward()
-    return loss_sum
+    return float(torch.stack(parts).cpu().double().sum()) if parts else 0.0  # one sync; f64 as before
 
 
 def lockstep_passes(d, n_rows: int, batch_size: int) -> int:

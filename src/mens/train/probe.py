@@ -7,6 +7,8 @@ from pathlib import Path
 
 from mens.train.presets import card_presets, load_preset, recommend_preset
 
+FIT_SHARE = 0.9  # a run "fits" when its estimate is at most 90% of one process's memory
+
 _BYTES_PER_WEIGHT = {"qlora": 0.56, "lora": 2.0, "full": 4.0}  # NF4 + double-quant scales; bf16; f32 master
 
 
@@ -67,17 +69,44 @@ def estimate_memory_gb(model_config: dict, *, backend: str, r: int, seq_len: int
     act_bytes = 2 if backend != "full" else 4
     per_layer = tokens * h * act_bytes * (4 if gradient_checkpointing else 18)
     activations = per_layer * (1 if gradient_checkpointing else layers) + tokens * h * act_bytes * layers
-    logits = tokens * vocab * 4 * 2  # f32 logits and their gradient
+    # the loss holds one chunk of rows' f32 logits at a time (mens.train.loss): logits, their gradient, softmax
+    logits = min(tokens, _loss_chunk_rows(vocab)) * vocab * 4 * 3
     gb = (weights + trainable + activations + logits) / 2**30 * 1.15 + 0.3  # allocator + runtime overhead
     return {"total_gb": round(gb, 2), "weights_gb": round(weights / 2**30, 2), "params_m": round(total / 1e6, 1)}
 
 
-def _preset_estimate(cfg: dict, preset: dict) -> dict:
-    """The memory estimate of training `cfg`'s model with a preset's settings."""
+def _loss_chunk_rows(vocab: int) -> int:
+    from mens.train.loss import chunk_rows  # imports torch: only when an estimate is asked for
+
+    return chunk_rows(vocab)
+
+
+def choose_checkpointing(setting: bool | None, *, model_config: dict, backend: str, r: int, seq_len: int,
+                         batch_size: int, memory_gb: float | None) -> tuple[bool, str]:
+    """Whether to recompute activations in backward, and why: forced by the setting, else on only when the run
+    without it is estimated above FIT_SHARE of one process's memory (unknown memory: off)."""
+    if setting is not None:
+        return setting, f"{'on' if setting else 'off'} (--{'' if setting else 'no-'}gradient-checkpointing)"
+    est = estimate_memory_gb(model_config, backend=backend, r=r, seq_len=seq_len, batch_size=batch_size)["total_gb"]
+    if memory_gb is None:
+        return False, f"off (estimate {est:.2f} GB without it; process memory unknown)"
+    if est > FIT_SHARE * memory_gb:
+        with_gc = estimate_memory_gb(model_config, backend=backend, r=r, seq_len=seq_len, batch_size=batch_size,
+                                     gradient_checkpointing=True)["total_gb"]
+        return True, (f"on (estimate {est:.2f} GB without it > {FIT_SHARE:.0%} of {memory_gb:.1f} GB; "
+                      f"{with_gc:.2f} GB with it)")
+    return False, f"off (estimate {est:.2f} GB fits {FIT_SHARE:.0%} of {memory_gb:.1f} GB)"
+
+
+def _preset_estimate(cfg: dict, preset: dict, memory_gb: float | None) -> dict:
+    """The memory estimate of training `cfg`'s model with a preset's settings on `memory_gb` of memory, with
+    gradient checkpointing as `mens train` would choose it."""
     backend = preset.get("backend", "qlora")
-    return {"backend": backend, **estimate_memory_gb(
-        cfg, backend=backend, r=preset.get("r", 16), seq_len=preset.get("seq_len", 512),
-        batch_size=preset.get("batch_size", 4), gradient_checkpointing=preset.get("gradient_checkpointing", False))}
+    shape = {"backend": backend, "r": preset.get("r", 16), "seq_len": preset.get("seq_len", 512),
+             "batch_size": preset.get("batch_size", 4)}
+    gc, _ = choose_checkpointing(preset.get("gradient_checkpointing"), model_config=cfg, memory_gb=memory_gb, **shape)
+    return {"backend": backend, "gradient_checkpointing": gc,
+            **estimate_memory_gb(cfg, gradient_checkpointing=gc, **shape)}
 
 
 def card_table(cfg: dict | None) -> list[dict]:
@@ -86,8 +115,9 @@ def card_table(cfg: dict | None) -> list[dict]:
     for gb, name in card_presets().items():
         row = {"card_gb": gb, "preset": name}
         if cfg is not None:
-            est = _preset_estimate(cfg, load_preset(name))
-            row.update(estimate_gb=est["total_gb"], backend=est["backend"], fits=est["total_gb"] <= 0.9 * gb)
+            est = _preset_estimate(cfg, load_preset(name), gb)
+            row.update(estimate_gb=est["total_gb"], backend=est["backend"], fits=est["total_gb"] <= FIT_SHARE * gb,
+                       gradient_checkpointing=est["gradient_checkpointing"])
         rows.append(row)
     return rows
 
@@ -102,8 +132,8 @@ def probe_report(model_dir: Path | None, device: str = "auto") -> dict:
     if model_dir is not None and (model_dir / "config.json").is_file():
         cfg = json.loads((model_dir / "config.json").read_text())
         out["model"] = str(model_dir)
-        out["estimate"] = _preset_estimate(cfg, preset)
+        out["estimate"] = _preset_estimate(cfg, preset, dev.get("memory_gb"))
         if dev.get("memory_gb"):
-            out["estimate"]["fits"] = out["estimate"]["total_gb"] <= 0.9 * dev["memory_gb"]
+            out["estimate"]["fits"] = out["estimate"]["total_gb"] <= FIT_SHARE * dev["memory_gb"]
     out["cards"] = card_table(cfg)
     return out

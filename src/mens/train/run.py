@@ -33,6 +33,7 @@ from mens.train.loop import LoopState, train_loop
 from mens.train.manifest import MANIFEST, SUMMARY, adapter_record, contract_digest, peak_memory_mb, versions, write_json
 from mens.train.packing import Row
 from mens.train.preflight import Preflight, embedding_problem, first_loss, packing_problem, vocab_problem
+from mens.train.probe import choose_checkpointing
 from mens.train.schedule import effective_warmup, make_scheduler
 from mens.train.telemetry import Telemetry
 from mens.train.text import Example, default_system_prompt
@@ -139,7 +140,7 @@ def prepare_inputs(cfg: TrainConfig, pf: Preflight, world: int) -> Inputs:
                   n_rows, skipped, train, val, rows, val_rows, plan)
 
 
-def build_model(cfg: TrainConfig, inp: Inputs, device: str, pf: Preflight):
+def build_model(cfg: TrainConfig, inp: Inputs, device: str, pf: Preflight, *, checkpointing: bool):
     """The heavy part: base weights (NF4 for qlora), then LoRA adapters (seeded) or all weights trainable."""
     import torch
 
@@ -148,7 +149,7 @@ def build_model(cfg: TrainConfig, inp: Inputs, device: str, pf: Preflight):
         pf.fail("tokenizer/embedding", ModelError(f"{inp.model_dir}: {msg}"))
     pf.ok("tokenizer/embedding",
           f"{len(inp.tokenizer)} tokens <= {model.get_input_embeddings().weight.shape[0]} embedding rows")
-    if cfg.gradient_checkpointing:
+    if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.enable_input_require_grads()
     torch.manual_seed(cfg.seed)  # adapter init is part of the run's seeded state
@@ -319,18 +320,23 @@ def run_training(cfg: TrainConfig) -> dict:
     pf = Preflight(run, write=d.main)
     inp = prepare_inputs(cfg, pf, d.world)
 
-    model = build_model(cfg, inp, device, pf)
+    checkpointing, why = choose_checkpointing(
+        cfg.gradient_checkpointing, model_config=inp.model_config, backend=cfg.backend, r=cfg.r, seq_len=cfg.seq_len,
+        batch_size=cfg.batch_size, memory_gb=fsdp.process_memory_gb(device))
+    pf.ok("gradient checkpointing", why)
+    model = build_model(cfg, inp, device, pf, checkpointing=checkpointing)
     packing = choose_packing(cfg, inp, model, device, pf)  # before the plan is used: it may re-plan
     shard, parallelism = fsdp.choose(cfg.fsdp, world=d.world, device=device, model_config=inp.model_config,
                                      backend=cfg.backend, r=cfg.r, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
-                                     gradient_checkpointing=cfg.gradient_checkpointing)
+                                     gradient_checkpointing=checkpointing)
     if distributed.all_sum(d, [float(shard and d.main)])[0]:  # rank 0 decides for every rank
         parallelism += "; sharded " + pf.run("fsdp", fsdp.shard_model, model, device)
         d.sharded = True  # before the optimizer: it must hold the sharded parameters
     pf.ok("parallelism", parallelism)
     params = [p for p in model.parameters() if p.requires_grad]
+    # fused: one CUDA kernel for the whole update instead of several per parameter tensor (the same math)
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(0.9, 0.999), eps=1e-8,
-                                  weight_decay=cfg.weight_decay)
+                                  weight_decay=cfg.weight_decay, fused=device.startswith("cuda") or None)
     warmup = effective_warmup(cfg.warmup_steps, inp.plan.total_steps)
     scheduler = make_scheduler(optimizer, warmup=warmup, total=inp.plan.total_steps)
     amp = autocast_dtype(cfg.autocast, device, cfg.backend)
@@ -350,6 +356,7 @@ def run_training(cfg: TrainConfig) -> dict:
     manifest = _manifest(cfg, inp, run_id=run_id, device=device, world=d.world, warmup=warmup,
                          start_step=start_step, resumed_from=resumed_from, model=model, amp=amp)
     manifest["parallelism"] = "fsdp" if d.sharded else "ddp-allreduce" if d.world > 1 else "single"
+    manifest["gradient_checkpointing"] = {"on": checkpointing, "why": why}
     manifest["packing"] = packing
     tel = Telemetry(run, enabled=d.main)
     if d.main:
