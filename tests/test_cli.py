@@ -39,7 +39,8 @@ def test_unknown_command_is_usage_error():
 
 
 @pytest.mark.parametrize(("exc", "code"), [(ConfigError("bad preset 'x'"), 2), (GateFailed("pass@1 0.1 < 0.5"), 1)])
-def test_mens_errors_map_to_exit_codes_with_one_line(monkeypatch, capsys, exc: MensError, code: int):
+def _exit_of_a_command_raising(monkeypatch, capsys, exc: BaseException) -> tuple[int, str]:
+    """(exit code, stderr) of `mens boom`, a command that raises `exc`."""
     def boom() -> None:
         raise exc
 
@@ -49,9 +50,11 @@ def test_mens_errors_map_to_exit_codes_with_one_line(monkeypatch, capsys, exc: M
     monkeypatch.setattr(cli_main, "app", app)
     with pytest.raises(SystemExit) as info:
         cli_main.main(["boom"])
-    assert info.value.code == code
-    err = capsys.readouterr().err
-    assert err.strip() == f"error: {exc}"
+    return info.value.code, capsys.readouterr().err.strip()
+
+
+def test_mens_errors_map_to_exit_codes_with_one_line(monkeypatch, capsys, exc: MensError, code: int):
+    assert _exit_of_a_command_raising(monkeypatch, capsys, exc) == (code, f"error: {exc}")
 
 
 @pytest.mark.parametrize(("exc", "code", "says"), [
@@ -62,18 +65,8 @@ def test_mens_errors_map_to_exit_codes_with_one_line(monkeypatch, capsys, exc: M
 ])
 def test_os_errors_and_bugs_are_one_line_too(monkeypatch, capsys, exc, code, says):
     """A full disk or an unexpected bug never shows a user a traceback: one line, and --debug for the rest."""
-    def boom() -> None:
-        raise exc
-
-    app = typer.Typer()
-    app.command("boom")(boom)
-    app.command("other")(lambda: None)
-    monkeypatch.setattr(cli_main, "app", app)
-    with pytest.raises(SystemExit) as info:
-        cli_main.main(["boom"])
-    assert info.value.code == code
-    err = capsys.readouterr().err.strip()
-    assert says in err and "\n" not in err and "Traceback" not in err
+    got, err = _exit_of_a_command_raising(monkeypatch, capsys, exc)
+    assert got == code and says in err and "\n" not in err and "Traceback" not in err
 
 
 def test_debug_flag_shows_traceback(monkeypatch):
