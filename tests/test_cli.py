@@ -38,7 +38,6 @@ def test_unknown_command_is_usage_error():
     assert "Traceback" not in res.stderr
 
 
-@pytest.mark.parametrize(("exc", "code"), [(ConfigError("bad preset 'x'"), 2), (GateFailed("pass@1 0.1 < 0.5"), 1)])
 def _exit_of_a_command_raising(monkeypatch, capsys, exc: BaseException) -> tuple[int, str]:
     """(exit code, stderr) of `mens boom`, a command that raises `exc`."""
     def boom() -> None:
@@ -53,6 +52,7 @@ def _exit_of_a_command_raising(monkeypatch, capsys, exc: BaseException) -> tuple
     return info.value.code, capsys.readouterr().err.strip()
 
 
+@pytest.mark.parametrize(("exc", "code"), [(ConfigError("bad preset 'x'"), 2), (GateFailed("pass@1 0.1 < 0.5"), 1)])
 def test_mens_errors_map_to_exit_codes_with_one_line(monkeypatch, capsys, exc: MensError, code: int):
     assert _exit_of_a_command_raising(monkeypatch, capsys, exc) == (code, f"error: {exc}")
 
