@@ -28,17 +28,12 @@ def main() -> None:
     ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/served-parity-<host>.json).")
     args = ap.parse_args()
 
-    from mens.dogfood.parity import compare_results, compare_served, greedy_results, served_answers
+    from mens.dogfood.parity import compare_results, compare_served, finished_run, served_answers
     from mens.evaluate.bench import load_bench
     from mens.lang import get_language
 
     out_dir = args.from_dir
-    config = _json(out_dir / "dogfood_state.json")["config"]
-    run = Path(_json(out_dir / "dogfood_summary.json")["run"])
-    tuned = _json(run / "benchmark_results.json")
-    adapter = greedy_results(tuned)
-    if adapter is None:
-        raise SystemExit(f"{run / 'benchmark_results.json'}: the tuned model was not evaluated greedily")
+    config, run, adapter = finished_run(out_dir)
     merged = _json(out_dir / "eval" / "merged_results.json")["results"]
     tasks = load_bench(out_dir / "bench" / "heldout.jsonl")
     if config.get("limit"):

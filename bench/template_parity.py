@@ -19,10 +19,6 @@ from pathlib import Path
 from machine import REPO, machine
 
 
-def _json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--from-dir", type=Path, required=True, help="A finished `mens dogfood -o DIR` (merge done).")
@@ -32,16 +28,12 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from mens.dogfood.parity import greedy_results
+    from mens.dogfood.parity import finished_run
     from mens.model.generate import chat_input_ids
 
     out_dir = args.from_dir
-    config = _json(out_dir / "dogfood_state.json")["config"]
-    run = Path(_json(out_dir / "dogfood_summary.json")["run"])
-    system_prompt = _json(run / "training_manifest.json").get("system_prompt")
-    adapter = greedy_results(_json(run / "benchmark_results.json"))
-    if adapter is None:
-        raise SystemExit(f"{run / 'benchmark_results.json'}: the tuned model was not evaluated greedily")
+    config, run, adapter = finished_run(out_dir)
+    system_prompt = json.loads((run / "training_manifest.json").read_text(encoding="utf-8")).get("system_prompt")
     merged_dir = out_dir / "merged"
     tok = AutoTokenizer.from_pretrained(merged_dir)  # what a transformers user loads: no mens code on this path
     model = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).eval()

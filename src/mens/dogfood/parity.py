@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from mens.errors import DataError
 from mens.evaluate.bench import BenchTask
 from mens.lang import Language
 from mens.lang.checks import check_output
@@ -61,6 +62,20 @@ def served_answers(model_dir: Path, tasks: list[BenchTask], max_tokens: int, dev
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def finished_run(out_dir: Path) -> tuple[dict, Path, list[dict]]:
+    """(dogfood config, run directory, the adapter's greedy results) of a finished `mens dogfood -o DIR`."""
+    def read(path: Path) -> dict:
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    config = read(out_dir / "dogfood_state.json")["config"]
+    run = Path(read(out_dir / "dogfood_summary.json")["run"])
+    adapter = greedy_results(read(run / "benchmark_results.json"))
+    if adapter is None:
+        raise DataError(f"{run / 'benchmark_results.json'}: the tuned model was not evaluated greedily; "
+                        "run `mens eval-local` with greedy among its --modes")
+    return config, run, adapter
 
 
 def greedy_results(bench_doc: dict) -> list[dict] | None:
