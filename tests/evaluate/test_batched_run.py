@@ -114,7 +114,7 @@ def _tiny_loaded():
 def test_generate_batch_fn_matches_generate_fn_and_reuses_accepted_greedy_answers(monkeypatch):
     """On a tiny model: batched = single-stream greedy; constrained reuses a greedy answer only when the
     constraint accepts it, else decodes with the constraint, and both ways equal single-stream constrained."""
-    import mens.serve.hf_engine as hf_engine
+    import mens.model.constraint as constraint_module
     from mens.evaluate.local import generate_batch_fn, generate_fn
     from mens.model.generate import Constraint
 
@@ -140,7 +140,7 @@ def test_generate_batch_fn_matches_generate_fn_and_reuses_accepted_greedy_answer
     target = greedy[0]
     for accept in (True, False):
         complete = (lambda t: t == target) if accept else (lambda t: False)  # refused: the stop is not taken
-        monkeypatch.setattr(hf_engine, "language_constraint",
+        monkeypatch.setattr(constraint_module, "language_constraint",
                             lambda _lang, done=complete: Constraint(viable=lambda t: True, complete=done))
         calls.clear()
         answers = generate_batch_fn(loaded, PY)(chats, 10, True)

@@ -48,7 +48,7 @@ def test_constraint_keeps_only_viable_text_and_ends_when_complete(tiny):
 def test_vox_constrained_answers_parse_even_when_cut_by_the_budget(tmp_path):
     """A lab model briefly trained on Vox, sampled hot: every constrained answer parses, finished or cut."""
     from mens.lang import get_language
-    from mens.serve.hf_engine import language_constraint
+    from mens.model.constraint import language_constraint
     from mens.train.pretrain import PretrainConfig, pretrain
 
     src = tmp_path / "src"

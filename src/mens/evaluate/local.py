@@ -30,7 +30,7 @@ MODES = {
 def generate_fn(loaded, lang: Language) -> Generate:
     """A Generate callable over a loaded model (chat template and system prompt as in training)."""
     from mens.model.generate import chat_input_ids, code_block_closed, stream_tokens
-    from mens.serve.hf_engine import language_constraint
+    from mens.model.constraint import language_constraint
 
     def generate(messages, max_new_tokens, temperature, seed, constrained) -> str:
         ids = chat_input_ids(loaded.tokenizer, messages, loaded.system_prompt)
@@ -56,7 +56,7 @@ def generate_batch_fn(loaded, lang: Language, *, batch_size: int = 16) -> Genera
         constraint_accepts,
         generate_greedy_batch,
     )
-    from mens.serve.hf_engine import language_constraint
+    from mens.model.constraint import language_constraint
 
     single = generate_fn(loaded, lang)
     answers: dict[tuple[tuple[int, ...], int], BatchOutput] = {}  # keyed by (prompt ids, max_new_tokens)

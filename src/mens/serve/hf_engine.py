@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from mens.lang import Language
-from mens.model.generate import Constraint, chat_input_ids, stream_tokens
+from mens.model.constraint import language_constraint
+from mens.model.generate import chat_input_ids, stream_tokens
 from mens.model.inference import LoadedModel
 from mens.serve.engine import GenerationRequest, Usage
 
@@ -15,13 +16,6 @@ MIN_TEMPERATURE = 1e-6
 """A smaller temperature decodes greedily (logits / T would overflow float32)."""
 MIN_TOP_P = 1e-6
 """A smaller top_p is raised to this; both keep only the most likely token (its probability is >= 1/vocab)."""
-
-
-def language_constraint(lang: Language) -> Constraint:
-    """Decode only text that stays a (clean, where the language says so) viable prefix of `lang`; stop only
-    when it is finished code; close an answer the token budget cut off."""
-    return Constraint(viable=getattr(lang, "clean_viable_prefix", lang.viable_prefix),
-                      complete=lambda text: lang.parse(text).has_code, finish=getattr(lang, "finish_text", None))
 
 
 class HFEngine:
