@@ -29,8 +29,8 @@ MODES = {
 
 def generate_fn(loaded, lang: Language) -> Generate:
     """A Generate callable over a loaded model (chat template and system prompt as in training)."""
-    from mens.model.generate import chat_input_ids, code_block_closed, stream_tokens
     from mens.model.constraint import language_constraint
+    from mens.model.generate import chat_input_ids, code_block_closed, stream_tokens
 
     def generate(messages, max_new_tokens, temperature, seed, constrained) -> str:
         ids = chat_input_ids(loaded.tokenizer, messages, loaded.system_prompt)
@@ -49,6 +49,7 @@ def generate_batch_fn(loaded, lang: Language, *, batch_size: int = 16) -> Genera
     at a stop token and that the constraint accepts at every step is exactly what constrained decoding would
     produce; the other tasks are decoded with the constraint one at a time.
     """
+    from mens.model.constraint import language_constraint
     from mens.model.generate import (
         BatchOutput,
         chat_input_ids,
@@ -56,7 +57,6 @@ def generate_batch_fn(loaded, lang: Language, *, batch_size: int = 16) -> Genera
         constraint_accepts,
         generate_greedy_batch,
     )
-    from mens.model.constraint import language_constraint
 
     single = generate_fn(loaded, lang)
     answers: dict[tuple[tuple[int, ...], int], BatchOutput] = {}  # keyed by (prompt ids, max_new_tokens)
