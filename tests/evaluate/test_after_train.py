@@ -34,3 +34,23 @@ def test_gate_verdict_is_recorded_in_the_manifest(tmp_path, make_tiny_run):
     gate = json.loads((run / "training_manifest.json").read_text())["gate"]
     assert gate["passed"] is False and "pass_at_1" in gate["reason"] and len(gate["gates"]) == 2
     assert "base" in json.loads((run / "benchmark_results.json").read_text())  # gain gate => base compared
+
+
+def test_benchmark_from_the_environment_alone(tmp_path, make_tiny_run, monkeypatch):
+    """The original's VOX_BENCHMARK=1 with no gate file: the benchmark runs; with VOX_BENCHMARK_MIN_PASS_RATE and
+    VOX_EVAL_STRICT=0 a miss is recorded, not raised."""
+    from mens.evaluate.after_train import benchmark_requested
+
+    assert benchmark_requested({"VOX_BENCHMARK": "1"}) and not benchmark_requested({"VOX_BENCHMARK": "0"})
+    _, run, _ = make_tiny_run("lora")
+    for name in ("VOX_BENCHMARK_MIN_PASS_RATE", "MENS_EVAL_MIN_PASS_AT_1", "VOX_EVAL_STRICT", "MENS_EVAL_STRICT"):
+        monkeypatch.delenv(name, raising=False)
+    verdict = gate_after_training(run, None, bench=_bench(tmp_path), language="python", max_new_tokens=4,
+                                  device="cpu")
+    assert verdict["passed"] is True and verdict["gates"] == [] and (run / "benchmark_results.json").is_file()
+    monkeypatch.setenv("VOX_BENCHMARK_MIN_PASS_RATE", "0.5")
+    monkeypatch.setenv("VOX_EVAL_STRICT", "0")
+    verdict = gate_after_training(run, None, bench=_bench(tmp_path), language="python", max_new_tokens=4,
+                                  device="cpu")
+    assert verdict["passed"] is False and "not enforced" in verdict["reason"]
+    assert json.loads((run / "training_manifest.json").read_text())["gate"]["passed"] is False

@@ -138,3 +138,28 @@ def test_checking_imports_no_torch():
     code = "import sys, mens.lang.checks, mens.evaluate.gates; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_original_gate_variables_warn_only_and_alias(tmp_path):
+    """VOX_BENCHMARK_MIN_PASS_RATE is the original's pass@1 floor; VOX_EVAL_STRICT=0 turns a miss into a warning
+    recorded in a receipt with the original's fields; MENS_EVAL_STRICT wins over it."""
+    from mens.evaluate.gates import gates_strict, summary_lines
+
+    assert load_gate_thresholds(None, {"VOX_BENCHMARK_MIN_PASS_RATE": "0.8"}) == {"min_pass_at_1": 0.8}
+    both = {"VOX_BENCHMARK_MIN_PASS_RATE": "0.8", "MENS_EVAL_MIN_PASS_AT_1": "0.3"}
+    assert load_gate_thresholds(None, both) == {"min_pass_at_1": 0.3}
+    _write_results(tmp_path, pass_at_1=0.5)
+    env = {"VOX_BENCHMARK_MIN_PASS_RATE": "0.8", "VOX_EVAL_STRICT": "0"}
+    results = check_gates(tmp_path, None, env=env)  # no raise: warn-only
+    assert [r.passed for r in results] == [False]
+    receipt = json.loads((tmp_path / "gate_receipt.json").read_text())
+    assert receipt["overall_passed"] is False and receipt["enforced"] is False and receipt["policy"] == "environment"
+    gate = receipt["gates"][0]
+    assert gate["name"] == "min_pass_at_1" and gate["block"] is False and "0.500 < 0.800" in gate["message"]
+    assert {"timestamp_unix", "run_dir"} <= set(receipt)
+    assert summary_lines(results)[0].startswith("warn pass_at_1 = 0.500 < 0.800")
+    with pytest.raises(GateFailed, match="pass_at_1 = 0.500 < 0.800"):
+        check_gates(tmp_path, None, env={**env, "MENS_EVAL_STRICT": "1"})
+    assert gates_strict({}) is True and gates_strict({"VOX_EVAL_STRICT": "false"}) is False
+    with pytest.raises(ConfigError, match="VOX_EVAL_STRICT='maybe'"):
+        gates_strict({"VOX_EVAL_STRICT": "maybe"})

@@ -18,12 +18,11 @@ def gate(
     gates: Path | None = typer.Option(None, "--gates", help="Gate YAML (min_parse_rate, min_pass_at_1, ...)."),
 ) -> int:
     """Check a run's benchmark against promotion gates; exit 1 with a one-line reason when one fails."""
-    from mens.evaluate.gates import check_gates
+    from mens.evaluate.gates import check_gates, summary_lines
 
-    results = check_gates(run, gates)
-    for r in results:
-        typer.echo(f"ok   {r.gate}: {r.value:.3f} >= {r.threshold:.3f}")
-    typer.echo(f"all {len(results)} gate(s) passed; receipt: {run / 'gate_receipt.json'}")
+    for line in summary_lines(check_gates(run, gates)):
+        typer.echo(line)
+    typer.echo(f"receipt: {run / 'gate_receipt.json'}")
     return 0
 
 

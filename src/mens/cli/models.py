@@ -62,12 +62,12 @@ def eval_local(
         typer.echo(f"{'base':12s} non-empty parse rate {b['nonempty_parse_rate']:.3f}  pass@1 {b['pass_at_1']:.3f}")
     typer.echo(f"wrote {out}")
     if gates is not None:
-        from mens.evaluate.gates import check_gates
+        from mens.evaluate.gates import check_gates, summary_lines
 
         if out.parent.resolve() != Path(path).resolve() or out.name != "benchmark_results.json":
             raise UsageError("--gates needs the report in the run directory; drop --output")
-        check_gates(path, gates)
-        typer.echo("gates passed")
+        for line in summary_lines(check_gates(path, gates)):
+            typer.echo(line)
     return 0
 
 

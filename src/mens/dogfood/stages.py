@@ -267,7 +267,7 @@ def _default_gates() -> Path:
 
 
 def gate(ctx: Context) -> str:
-    from mens.evaluate.gates import check_gates
+    from mens.evaluate.gates import check_gates, describe
 
     if str(ctx.cfg.gates) == "none":
         return "no gates (--gates none)"
@@ -277,6 +277,9 @@ def gate(ctx: Context) -> str:
         if not ctx.cfg.gate_enforced:
             return f"not met, not enforced with --quick (pass --gates FILE to enforce): {e}"
         raise
+    missed = [r for r in results if not r.passed]
+    if missed:  # MENS_EVAL_STRICT / VOX_EVAL_STRICT = 0: the gates only warn
+        return "not met, not enforced (EVAL_STRICT=0): " + "; ".join(describe(r) for r in missed)
     return "passed: " + ", ".join(f"{r.gate} {r.value:.3f} >= {r.threshold:.2f}" for r in results)
 
 

@@ -10,13 +10,19 @@ Gate file (all keys optional; a missing key is no gate):
 
 Environment variables override the file: MENS_EVAL_MIN_PARSE_RATE, MENS_EVAL_MIN_COVERAGE,
 MENS_EVAL_MIN_PASS_AT_1, MENS_EVAL_MIN_PASS_AT_K, MENS_EVAL_MIN_GAIN (the original's VOX_EVAL_* names
-are accepted too). `check_gates` writes `gate_receipt.json` and raises GateFailed with a one-line reason.
+are accepted too, and its VOX_BENCHMARK_MIN_PASS_RATE sets min_pass_at_1). `check_gates` writes
+`gate_receipt.json` and raises GateFailed with a one-line reason.
+
+MENS_EVAL_STRICT / VOX_EVAL_STRICT = 0 makes the gates warn-only: the receipt records the misses with
+`block: false` and nothing is raised. Unset means strict in mens; the original's legacy gate was warn-only
+unless VOX_EVAL_STRICT=1, but a promotion gate that does not block by default is no gate.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,6 +39,10 @@ GATES = {
     "min_gain_over_base": ("gain_over_base", "MIN_GAIN"),
 }
 RECEIPT_SCHEMA = "vox_mens_gate_receipt_v1"
+ALIASES = {"VOX_BENCHMARK_MIN_PASS_RATE": "min_pass_at_1"}
+"""The original's other names for a threshold (its post-train benchmark gate's minimum pass rate)."""
+STRICT_VARIABLES = ("VOX_EVAL_STRICT", "MENS_EVAL_STRICT")
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
 @dataclass
@@ -64,16 +74,31 @@ def load_gate_thresholds(path: str | Path | None = None, env: dict[str, str] | N
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise ConfigError(f"{p}: {key} must be a number, got {value!r}")
             thresholds[key] = float(value)
-    for key, (_, suffix) in GATES.items():
-        for prefix in ("VOX_EVAL_", "MENS_EVAL_"):  # MENS_ wins: applied last
-            raw = env.get(prefix + suffix)
-            if raw is None or raw == "":
-                continue
-            try:
-                thresholds[key] = float(raw)
-            except ValueError:
-                raise ConfigError(f"{prefix}{suffix}={raw!r} is not a number (e.g. 0.8)") from None
+    names = list(ALIASES.items())
+    names += [(prefix + suffix, key) for prefix in ("VOX_EVAL_", "MENS_EVAL_") for key, (_, suffix) in GATES.items()]
+    for name, key in names:  # later names win: MENS_EVAL_* over VOX_EVAL_* over the aliases
+        raw = env.get(name)
+        if raw is None or raw == "":
+            continue
+        try:
+            thresholds[key] = float(raw)
+        except ValueError:
+            raise ConfigError(f"{name}={raw!r} is not a number (e.g. 0.8)") from None
     return thresholds
+
+
+def gates_strict(env: dict[str, str] | None = None) -> bool:
+    """Whether a missed gate blocks (MENS_EVAL_STRICT over VOX_EVAL_STRICT; unset: strict)."""
+    env = os.environ if env is None else env
+    strict = True
+    for name in STRICT_VARIABLES:
+        raw = (env.get(name) or "").strip().lower()
+        if not raw:
+            continue
+        if raw not in _TRUE | _FALSE:
+            raise ConfigError(f"{name}={env[name]!r}: expected 1 (gates block) or 0 (gates only warn)")
+        strict = raw in _TRUE
+    return strict
 
 
 def evaluate_gates(metrics: dict, thresholds: dict[str, float], source: str) -> list[GateResult]:
@@ -89,7 +114,8 @@ def evaluate_gates(metrics: dict, thresholds: dict[str, float], source: str) -> 
 
 def check_gates(run_dir: str | Path, gate_file: str | Path | None = None, env: dict[str, str] | None = None
                 ) -> list[GateResult]:
-    """Check the run's benchmark results against the gates; write gate_receipt.json; raise GateFailed on a miss."""
+    """Check the run's benchmark results against the gates; write gate_receipt.json; raise GateFailed on a miss
+    (unless the gates are warn-only: then the caller finds the misses in the results)."""
     run = Path(run_dir)
     bench = run / "benchmark_results.json"
     if not bench.is_file():
@@ -101,14 +127,39 @@ def check_gates(run_dir: str | Path, gate_file: str | Path | None = None, env: d
     thresholds = load_gate_thresholds(gate_file, env)
     if not thresholds:
         raise ConfigError("no gates configured: pass --gates FILE or set MENS_EVAL_MIN_PARSE_RATE (and friends)")
+    strict = gates_strict(env)
     results = evaluate_gates(report.get("metrics", {}), thresholds, bench.name)
     overall = all(r.passed for r in results)
-    receipt = {"schema": RECEIPT_SCHEMA, "overall_passed": overall, "gates": [asdict(r) for r in results]}
+    # The original's receipt fields (name, passed, block, message, run_dir, policy, timestamp_unix) plus mens's
+    # threshold, value and source on each gate.
+    receipt = {"schema": RECEIPT_SCHEMA, "timestamp_unix": int(time.time()), "run_dir": str(run.resolve()),
+               "policy": str(gate_file) if gate_file is not None else "environment", "overall_passed": overall,
+               "enforced": strict,
+               "gates": [{"name": r.gate, "passed": r.passed, "block": strict, "message": describe(r), **asdict(r)}
+                         for r in results]}
     (run / "gate_receipt.json").write_text(json.dumps(receipt, indent=2) + "\n", encoding="utf-8")
     failed = [r for r in results if not r.passed]
-    if failed:
-        f = failed[0]
-        got = "missing" if f.value is None else f"{f.value:.3f}"
+    if failed and strict:
         extra = f" (+{len(failed) - 1} more gate(s) failed)" if len(failed) > 1 else ""
-        raise GateFailed(f"{GATES[f.gate][0]} = {got} < {f.threshold:.3f} required ({f.gate}; {f.source}){extra}")
+        raise GateFailed(f"{describe(failed[0])}{extra}")
     return results
+
+
+def describe(result: GateResult) -> str:
+    """One line: `metric = value >= threshold` when met, `metric = value < threshold required (...)` when not."""
+    got = "missing" if result.value is None else f"{result.value:.3f}"
+    metric = GATES[result.gate][0]
+    if result.passed:
+        return f"{metric} = {got} >= {result.threshold:.3f} ({result.gate})"
+    return f"{metric} = {got} < {result.threshold:.3f} required ({result.gate}; {result.source})"
+
+
+def summary_lines(results: list[GateResult]) -> list[str]:
+    """What a command prints after the gates: one line a gate (`ok` or `warn`), then the verdict."""
+    lines = [f"{'ok  ' if r.passed else 'warn'} {describe(r)}" for r in results]
+    missed = sum(not r.passed for r in results)
+    if missed:
+        lines.append(f"{missed} of {len(results)} gate(s) not met, not enforced (MENS_EVAL_STRICT/VOX_EVAL_STRICT=0)")
+    else:
+        lines.append(f"all {len(results)} gate(s) passed")
+    return lines
