@@ -1,0 +1,150 @@
+"""`mens dogfood --budget 30m`: fit the training steps to a wall-clock budget, measured on this machine.
+
+CPUs here differ up to 2x in training speed (native bf16 or not, AVX-512 or AVX2 only), so a step count that
+takes 30 minutes on one takes an hour on another. Instead of a fixed count, dogfood trains a few probe steps of
+the real recipe on the real data, times them, and gives training what the budget leaves once the stages before
+it (measured) and after it (estimated from the base model's own evaluation time) are paid for:
+
+    steps * step_s + val_passes * val_s + startup_s <= budget - elapsed - reserve
+
+The recipe's own step count is the ceiling (a fast machine does not train longer than the recipe asks). The plan
+and every number behind it go into `budget.json` and the stage note, so the user sees what was chosen and why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from mens.errors import UsageError
+
+PROBE_STEPS = 4
+"""Optimizer steps the probe trains; the first is not timed (allocation, first-call kernels)."""
+POST_TRAIN_FACTOR = 3.0
+"""The stages after training (tuned eval in three modes, merge, parity, card) against the base model's greedy
+evaluation, which has the same tasks and token budget: greedy is about one base eval, parse-and-retry resamples
+the failures, constrained decodes the rest one at a time."""
+POST_TRAIN_FIXED_S = 60.0
+"""Merge, the served-parity check's model load and the report, whatever the task count."""
+SAFETY = 0.92
+"""Share of the computed training time that is planned: step times drift (thermal, memory, other processes)."""
+MIN_STEPS = 20
+VAL_PASSES = 2
+"""Validation-loss passes in a budgeted run (mid-way and at the end): each costs a pass over the val rows."""
+
+
+def parse_budget(text: str | None) -> float | None:
+    """Seconds from `30m`, `1h`, `1h30m`, `90s` or plain seconds; None for `none`/`off`/empty (no budget)."""
+    if text is None or str(text).strip().lower() in ("", "none", "off", "0"):
+        return None
+    raw = str(text).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", raw):
+        return float(raw)
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", raw)
+    if not parts or "".join(f"{n}{u}" for n, u in parts) != raw.replace(" ", ""):
+        raise UsageError(f"--budget {text!r}: expected a duration such as 30m, 1h, 1h30m, 900s, or none")
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+
+
+@dataclass
+class Probe:
+    """What a few steps of the real recipe cost on this machine."""
+
+    step_s: float
+    """Median seconds per optimizer step after the first."""
+    val_s: float
+    """Seconds for one validation pass."""
+    startup_s: float
+    """Loading the model and data, building the optimizer: paid once per training run."""
+    recipe_steps: int
+    """Steps the recipe would train without a budget (epochs x steps per epoch, or its max_steps)."""
+    tokens_per_s: float | None = None
+
+
+@dataclass
+class BudgetPlan:
+    budget_s: float
+    elapsed_s: float
+    """Wall time of the stages before training, the probe included."""
+    reserve_s: float
+    """Estimated wall time of the stages after training."""
+    train_s: float
+    """What is left for the training run itself."""
+    steps: int
+    recipe_steps: int
+    eval_every: int
+    probe: Probe
+    cpu: str
+    native_bf16: bool
+    note: str
+
+
+def probe_training(tc, probe_dir: Path, steps: int = PROBE_STEPS) -> Probe:
+    """Train `steps` optimizer steps of `tc` into `probe_dir` (thrown away after) and time them."""
+    import copy
+    import shutil
+
+    from mens.train.run import run_training
+    from mens.train.telemetry import read_events
+
+    cfg = copy.deepcopy(tc)
+    cfg.output_dir, cfg.max_steps, cfg.eval_every, cfg.save_every = str(probe_dir), steps, 0, 0
+    cfg.resume, cfg.log_every_s = False, 3600.0
+    shutil.rmtree(probe_dir, ignore_errors=True)
+    summary = run_training(cfg)
+    events = read_events(probe_dir)
+    start = next(e for e in events if e.get("event") == "train_start")
+    step_events = [e for e in events if e.get("event") == "step"]
+    times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(step_events, step_events[1:], strict=False)]
+    step_s = statistics.median(times) if times else summary["train_time_s"] / max(1, summary["steps"])
+    # The final validation pass runs after the last step, inside the timed loop.
+    val_s = max(0.0, summary["train_time_s"] - (step_events[-1]["elapsed_s"] if step_events else 0.0))
+    recipe = tc.max_steps if tc.max_steps else max(1, math.ceil(tc.epochs * start["steps_per_epoch"]))
+    shutil.rmtree(probe_dir, ignore_errors=True)
+    return Probe(step_s=round(step_s, 3), val_s=round(val_s, 2),
+                 startup_s=round(summary["wall_time_s"] - summary["train_time_s"], 2), recipe_steps=recipe,
+                 tokens_per_s=summary.get("tokens_per_s"))
+
+
+def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Probe, *, cpu: str = "",
+                native_bf16: bool = False) -> BudgetPlan:
+    """The steps that fit: pure arithmetic over the measurements, so it is tested without training."""
+    reserve = POST_TRAIN_FACTOR * base_eval_s + POST_TRAIN_FIXED_S
+    train_s = budget_s - elapsed_s - reserve
+    usable = SAFETY * train_s - probe.startup_s - VAL_PASSES * probe.val_s
+    fit = int(usable // probe.step_s) if probe.step_s > 0 else probe.recipe_steps
+    steps = min(probe.recipe_steps, fit)
+    how = f"{probe.step_s:.2f} s/step measured over {PROBE_STEPS - 1} probe steps"
+    if steps < MIN_STEPS:
+        raise UsageError(
+            f"--budget {budget_s / 60:.0f}m leaves {max(0.0, train_s) / 60:.1f} min for training after "
+            f"{elapsed_s / 60:.1f} min of data stages and {reserve / 60:.1f} min reserved for evaluation: "
+            f"{max(0, fit)} steps at {how}, fewer than {MIN_STEPS}; give a longer --budget (or --budget none)")
+    if steps == probe.recipe_steps:
+        note = f"the recipe's {steps} steps fit the budget ({how})"
+    else:
+        note = (f"{steps} of the recipe's {probe.recipe_steps} steps fit {train_s / 60:.1f} min of training "
+                f"({how}; {elapsed_s / 60:.1f} min spent before training, {reserve / 60:.1f} min reserved after)")
+    return BudgetPlan(budget_s=budget_s, elapsed_s=round(elapsed_s, 1), reserve_s=round(reserve, 1),
+                      train_s=round(train_s, 1), steps=steps, recipe_steps=probe.recipe_steps,
+                      eval_every=max(1, math.ceil(steps / VAL_PASSES)), probe=probe, cpu=cpu,
+                      native_bf16=native_bf16, note=note)
+
+
+def write_plan(plan: BudgetPlan, path: Path) -> None:
+    path.write_text(json.dumps(asdict(plan), indent=2) + "\n", encoding="utf-8")
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux), for the plan record; empty elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""

@@ -1,0 +1,43 @@
+"""`mens dogfood --budget`: the duration parser and the arithmetic that fits steps to a measured machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from mens.dogfood.budget import MIN_STEPS, Probe, parse_budget, plan_budget
+from mens.errors import UsageError
+
+
+def test_parse_budget_spellings():
+    assert parse_budget("30m") == 1800 and parse_budget("1h30m") == 5400 and parse_budget("900") == 900
+    assert parse_budget("90s") == 90 and parse_budget("1.5h") == 5400
+    for off in (None, "none", "off", "", "0"):
+        assert parse_budget(off) is None
+    for bad in ("30 minutes", "m30", "1x", "30m garbage"):
+        with pytest.raises(UsageError, match="expected a duration"):
+            parse_budget(bad)
+
+
+def _probe(step_s=6.0, recipe=742):
+    return Probe(step_s=step_s, val_s=40.0, startup_s=15.0, recipe_steps=recipe)
+
+
+def test_plan_fits_steps_to_what_the_budget_leaves():
+    plan = plan_budget(1800, elapsed_s=120, base_eval_s=100, probe=_probe())
+    # 1800 - 120 - (3 * 100 + 60) = 1320 s for training; 0.92 * 1320 - 15 - 2 * 40 = 1119.4 s -> 186 steps of 6 s
+    assert plan.train_s == 1320 and plan.steps == 186 and plan.recipe_steps == 742
+    assert plan.eval_every == 93 and "186 of the recipe's 742 steps" in plan.note
+    planned = plan.steps * 6.0 + 2 * 40 + 15 + plan.elapsed_s + plan.reserve_s
+    assert planned <= 1800  # the plan keeps the budget by its own numbers
+
+
+def test_a_slower_machine_gets_fewer_steps_and_a_fast_one_never_more_than_the_recipe():
+    slow = plan_budget(1800, 120, 100, _probe(step_s=12.0))
+    fast = plan_budget(1800, 120, 100, _probe(step_s=0.5))
+    assert slow.steps == 93 and fast.steps == 742 and "fit the budget" in fast.note
+
+
+def test_a_budget_too_small_for_training_is_refused_with_the_numbers():
+    with pytest.raises(UsageError, match=r"fewer than 20; give a longer --budget"):
+        plan_budget(600, 120, 100, _probe())
+    assert MIN_STEPS == 20
