@@ -35,6 +35,9 @@ class GenerationRequest:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    finish_reason: str | None = None
+    """An engine may say why its answer ended ("stop" or "length"); when it does not, the server infers it:
+    "length" when `completion_tokens` reached the request's `max_tokens`, else "stop"."""
 
 
 class Engine(Protocol):

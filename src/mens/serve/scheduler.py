@@ -6,6 +6,10 @@ deadline (`request_timeout_s` from arrival) passes, or shutdown begins. A `Job` 
 `Scheduler.start` until `Job.close`, which stops the engine's token loop (closing its generator) and
 frees the engine; `close` is synchronous, so it runs even in a cancelled task.
 
+A request that asks for several answers (OpenAI's `n`, a completion with several prompts) is one Job over a list
+of generations run one after another: it queues once, holds the engine until its last answer, and shares
+one deadline (answers the deadline leaves no time for end at once with finish_reason "length").
+
 What a deadline does: a request still queued at its deadline gets 503 (code `queue_timeout`); an answer
 being generated stops there and finishes with finish_reason "length" (the answer was cut short, as by
 max_tokens). Shutdown: queued requests get 503, answers in flight stop at the shutdown deadline with a
@@ -57,8 +61,10 @@ class Scheduler:
             raise ApiError(503, "server is shutting down; retry on another instance", type_="server_error",
                            code="shutting_down")
 
-    async def start(self, req: GenerationRequest, is_gone: Callable[[], Awaitable[bool]]) -> Job:
-        """Admit `req`, wait for the engine, and return the Job that holds it (the caller must `close` it)."""
+    async def start(self, req: GenerationRequest | list[GenerationRequest],
+                    is_gone: Callable[[], Awaitable[bool]]) -> Job:
+        """Admit `req` (or several, answered in turn), wait for the engine, and return the Job that holds it
+        (the caller must `close` it)."""
         self._refuse_if_stopping()
         if self.waiting >= self.max_queue:
             raise ApiError(503, f"server busy: {self.max_queue} requests already queued; retry later",
@@ -96,23 +102,55 @@ class Scheduler:
 
 
 class Job:
-    """One admitted generation: text pieces after stop strings, then why it ended."""
+    """One admitted request: text pieces after stop strings, then why each answer ended.
 
-    def __init__(self, scheduler: Scheduler, req: GenerationRequest, deadline: float | None,
-                 is_gone: Callable[[], Awaitable[bool]]):
-        self.scheduler, self.req, self.deadline, self._is_gone = scheduler, req, deadline, is_gone
-        self.usage = Usage()
-        self._gen = scheduler.engine.stream(req, self.usage)
-        self._scanner = StopScanner(req.stop)
-        self.done = False
-        self.finish = "stop"
-        """"stop" or "length" (the token budget or the request deadline cut the answer)."""
+    With several generations (`reqs`), `next_piece` returns None at the end of each answer; `next_choice` then
+    starts the next one (`index` counts them). `usage` and `finish` describe the current answer, `usages` and
+    `finishes` every answer so far.
+    """
+
+    def __init__(self, scheduler: Scheduler, req: GenerationRequest | list[GenerationRequest],
+                 deadline: float | None, is_gone: Callable[[], Awaitable[bool]]):
+        self.reqs = list(req) if isinstance(req, list) else [req]
+        if not self.reqs:
+            raise ValueError("a Job needs at least one generation")
+        self.scheduler, self.deadline, self._is_gone = scheduler, deadline, is_gone
+        self.index = -1
+        self.usages: list[Usage] = []
+        self._finished: list[str] = []
         self.error: ApiError | None = None
         """Set when the answer ended by an error (engine failure, shutdown) rather than finishing."""
         self.gone = False
         self._open = True
         self._step: asyncio.Future | None = None
         """The engine step running in a worker thread, if any (close waits for it before freeing the engine)."""
+        self._begin(0)
+
+    def _begin(self, index: int) -> None:
+        self.index = index
+        self.req = self.reqs[index]
+        self.usage = Usage()
+        self.usages.append(self.usage)
+        self._gen = self.scheduler.engine.stream(self.req, self.usage)
+        self._scanner = StopScanner(self.req.stop)
+        self.done = False
+        self.finish = "stop"
+        """"stop" or "length" (the token budget or the request deadline cut the answer)."""
+
+    @property
+    def finishes(self) -> list[str]:
+        """Why each answer so far ended (the current one's `finish` last)."""
+        return [*self._finished, self.finish]
+
+    def next_choice(self) -> bool:
+        """After an answer ended cleanly, start the next generation of this request; False when none is left or
+        the request is over (an error, the client gone, closed)."""
+        if not self._open or self.error is not None or self.gone or self.index + 1 >= len(self.reqs):
+            return False
+        self._finished.append(self.finish)
+        self._close_gen()  # an answer cut by a stop string leaves its generator suspended
+        self._begin(self.index + 1)
+        return True
 
     async def next_piece(self) -> str | None:
         """The next piece of text, or None once the answer has ended (see `finish`, `error`, `gone`)."""
@@ -137,7 +175,8 @@ class Job:
                 return None
             if piece is _END:
                 self.done = True
-                self.finish = "length" if self.usage.completion_tokens >= self.req.max_tokens else "stop"
+                self.finish = self.usage.finish_reason or (
+                    "length" if self.usage.completion_tokens >= self.req.max_tokens else "stop")
                 return self._scanner.flush() or None
             out = self._scanner.feed(piece)
             if self._scanner.stopped:
@@ -176,16 +215,21 @@ class Job:
             return True
         return False
 
-    async def collect(self) -> str:
-        """The whole answer; raises the answer's error, or ClientGone."""
-        parts = []
-        while (piece := await self.next_piece()) is not None:
-            parts.append(piece)
-        if self.error is not None:
-            raise self.error
-        if self.gone:
-            raise ClientGone()
-        return "".join(parts)
+    async def collect(self) -> list[str]:
+        """Every answer of the request, in order (`finishes`, `usages` say how each ended); raises the request's
+        error, or ClientGone."""
+        texts = []
+        while True:
+            parts = []
+            while (piece := await self.next_piece()) is not None:
+                parts.append(piece)
+            if self.error is not None:
+                raise self.error
+            if self.gone:
+                raise ClientGone()
+            texts.append("".join(parts))
+            if not self.next_choice():
+                return texts
 
     def close(self) -> None:
         """Stop the engine's token loop and free the engine for the next request (idempotent).
@@ -209,12 +253,16 @@ class Job:
             step.exception()  # retrieved (the request is over): no "exception never retrieved" noise
         self._finish_close()
 
-    def _finish_close(self) -> None:
+    def _close_gen(self) -> None:
         try:
             close = getattr(self._gen, "close", None)  # a generator: GeneratorExit ends the engine's token loop
             if close is not None:
                 close()
         except Exception:  # the engine's own cleanup failed; the engine is still freed
             log.exception("closing the generation failed")
+
+    def _finish_close(self) -> None:
+        try:
+            self._close_gen()
         finally:
             self.scheduler._release()

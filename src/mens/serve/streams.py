@@ -42,20 +42,29 @@ def _internal(e: Exception) -> ApiError:
     return ApiError(500, f"streaming the answer failed: {type(e).__name__}", type_="server_error", code="internal")
 
 
-def sse_events(job: Job, first: dict | None, piece: Callable[[str], dict], final: Callable[[Job], dict]
-               ) -> AsyncIterator[bytes]:
-    """`data: {chunk}` events: `first` (if any), one per piece, `final(job)`; an error event instead of the
-    final chunk when the answer failed; always `data: [DONE]` last (unless the client left)."""
+def sse_events(job: Job, first: Callable[[int], dict] | None, piece: Callable[[int, str], dict],
+               final: Callable[[Job], dict], usage: Callable[[Job], dict] | None = None) -> AsyncIterator[bytes]:
+    """`data: {chunk}` events for each answer of `job` in turn: `first(index)` (if any), one `piece(index, text)`
+    per piece, `final(job)`; then `usage(job)` (if any) once every answer is done. An error event instead of the
+    final chunk when an answer failed; always `data: [DONE]` last (unless the client left)."""
 
     async def events() -> AsyncIterator[bytes]:
         try:
-            if first is not None:
-                yield _sse(first)
-            while (text := await job.next_piece()) is not None:
-                yield _sse(piece(text))
-            if job.gone:
-                return
-            yield sse_error(job.error) if job.error is not None else _sse(final(job))
+            while True:
+                if first is not None:
+                    yield _sse(first(job.index))
+                while (text := await job.next_piece()) is not None:
+                    yield _sse(piece(job.index, text))
+                if job.gone:
+                    return
+                if job.error is not None:
+                    yield sse_error(job.error)
+                    break
+                yield _sse(final(job))
+                if not job.next_choice():
+                    if usage is not None:
+                        yield _sse(usage(job))
+                    break
         except Exception as e:
             yield sse_error(_internal(e))
         yield b"data: [DONE]\n\n"
