@@ -94,7 +94,7 @@ def test_openai_client_chat_and_stream(serve):
 def test_ollama_generate_and_chat_ndjson(serve):
     engine = ScriptedEngine()
     base = serve(engine)
-    with httpx.stream("POST", f"{base}/api/generate", json={"model": "x", "prompt": "add"}, timeout=10) as r:
+    with httpx.stream("POST", f"{base}/api/generate", json={"model": "mens-test", "prompt": "add"}, timeout=10) as r:
         assert r.headers["content-type"].startswith("application/x-ndjson")
         lines = [json.loads(line) for line in r.iter_lines() if line]
     assert "".join(x["response"] for x in lines) == ANSWER

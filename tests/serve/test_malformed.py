@@ -34,18 +34,21 @@ def _text_cases(path: str, base: dict) -> list[tuple[str, dict]]:
     """Bodies whose text is wrong: bad Unicode, wrong type, over-long, empty."""
     if "messages" in base:
         msg = base["messages"][0]
-        return [("surrogate", {"messages": [msg | {"content": SURROGATE}]}),
-                ("content type", {"messages": [msg | {"content": 123}]}),
-                ("unknown role", {"messages": [msg | {"role": "wizard"}]}),
-                ("messages type", {"messages": "hi"}), ("no messages", {"messages": []}),
-                ("over-long", {"messages": [msg | {"content": LONG}]}),
-                ("over max_tokens", {"messages": [msg | {"content": "word " * 40}], "max_tokens": 30})]
+        cases = [("surrogate", {"messages": [msg | {"content": SURROGATE}]}),
+                 ("content type", {"messages": [msg | {"content": 123}]}),
+                 ("unknown role", {"messages": [msg | {"role": "wizard"}]}),
+                 ("messages type", {"messages": "hi"}),
+                 ("over-long", {"messages": [msg | {"content": LONG}]}),
+                 ("over max_tokens", {"messages": [msg | {"content": "word " * 40}], "max_tokens": 30})]
+        if path != "/api/chat":  # no messages there is Ollama's "load the model" call (200, done)
+            cases.append(("no messages", {"messages": []}))
+        return cases
     cases = [("surrogate", {"prompt": "a" + SURROGATE}), ("prompt type", {"prompt": ["a", 1]}),
-             ("no prompt", {"prompt": DROP}), ("over-long", {"prompt": LONG})]
-    if path == "/api/generate":  # an empty prompt there is Ollama's "load the model" call (200, done)
+             ("over-long", {"prompt": LONG})]
+    if path == "/api/generate":  # no or an empty prompt there is Ollama's "load the model" call (200, done)
         cases.append(("system surrogate", {"system": SURROGATE}))
     else:
-        cases.append(("empty prompt", {"prompt": ""}))
+        cases += [("empty prompt", {"prompt": ""}), ("no prompt", {"prompt": DROP})]
     return cases
 
 
@@ -114,7 +117,7 @@ def test_extreme_but_valid_values_are_answered(server):
         assert r.status_code == 200 and r.json()["choices"][0]["text"].startswith("t0"), (body, r.text)
     r = httpx.post(f"{base}/api/generate", json={"prompt": "hi", "options": {"num_predict": -1}, "stream": False})
     assert r.status_code == 200 and r.json()["response"] == "t0 t1 t2 "
-    load = httpx.post(f"{base}/api/generate", json={"model": "x", "prompt": ""}, timeout=5).json()
+    load = httpx.post(f"{base}/api/generate", json={"model": "mens-fake", "prompt": ""}, timeout=5).json()
     assert load["done"] is True and load["done_reason"] == "load" and engine.started == 5
 
 
