@@ -144,3 +144,14 @@ def test_error_mid_stream_raises_in_the_client(server):
         stream = c.chat.completions.create(model="mens-echo", messages=USER, stream=True)
         with pytest.raises(openai.APIError, match="generation failed"):
             list(stream)
+
+
+def test_sampling_without_a_seed_draws_a_new_one_each_call(client):
+    """Unseeded sampled answers differ from call to call (as in both APIs); greedy ones keep no seed."""
+    c, engine = client
+    for _ in range(3):
+        c.chat.completions.create(model="mens-echo", messages=USER, temperature=0.8, max_tokens=1)
+    seeds = [r.seed for r in engine.requests[-3:]]
+    assert None not in seeds and len(set(seeds)) == 3
+    c.chat.completions.create(model="mens-echo", messages=USER, max_tokens=1)
+    assert engine.requests[-1].seed is None

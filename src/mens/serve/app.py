@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 import time
 import uuid
@@ -59,7 +60,7 @@ Body = TypeVar("Body", bound=BaseModel)
 
 def choice_seed(seed: int | None, index: int) -> int | None:
     """The seed of answer `index` of an n-answer request: the request's seed for the first answer (so n=1 and
-    the first of n answers agree), then the next seeds in torch's seed space. No seed: the engine's default, 0."""
+    the first of n answers agree), then the next seeds in torch's seed space. No seed (greedy): the engine's default."""
     if index == 0:
         return seed
     base = seed or 0
@@ -121,6 +122,8 @@ def create_app(engine: Engine, *, api_key: str | None = None, max_request_bytes:
         if len(inputs) * n > MAX_CHOICES:
             raise ApiError(400, f"{len(inputs)} prompt(s) x n={n} asks for {len(inputs) * n} answers; this server "
                            f"gives at most {MAX_CHOICES} per request", param="n")
+        if seed is None and temperature > 0:  # sampling without a seed differs from call to call, as in both APIs
+            seed = secrets.randbits(63)
         cancelled = threading.Event()  # one request: stopping it stops whichever answer is being generated
         reqs = []
         for fields in inputs:
