@@ -23,7 +23,6 @@ import shlex
 import socket
 import subprocess
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 from dogfood import REPO, machine
@@ -60,7 +59,7 @@ def run_record(run: Path, reference: dict | None, bench_sha: str) -> dict:
     tasks = greedy["tasks"]
     cfg = manifest["config"]
     # A key an older run's manifest lacks had its default then (a field added later defaults to the old behaviour).
-    ref = {f.name: f.default for f in fields(TrainConfig)} | (reference or cfg)
+    ref = TrainConfig().to_dict() | (reference or cfg)
     return {
         "run": str(run), "seed": cfg["seed"], "data_sha256": manifest["data_sha256"],
         "train_examples": manifest["examples"]["train"],

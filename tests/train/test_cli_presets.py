@@ -9,14 +9,15 @@ import sys
 import pytest
 
 from mens.errors import ConfigError
-from mens.train.config import TrainConfig, resolve_config
+from mens.train.config import TrainConfig
 from mens.train.presets import canonical_name, load_preset, preset_names, recommend_preset
+from mens.train.resolve import resolve_config
 
 
 @pytest.mark.parametrize("name", preset_names())
 def test_every_preset_loads_into_a_valid_config(name):
-    cfg = resolve_config({"data": "d", "output_dir": "o"}, load_preset(name), name)
-    assert isinstance(cfg, TrainConfig) and cfg.seq_len > 0
+    cfg = resolve_config(flags={"data": "d", "output_dir": "o", "preset": name})
+    assert isinstance(cfg, TrainConfig) and cfg.seq_len > 0 and cfg.preset == canonical_name(name)
 
 
 def test_original_names_and_aliases():
@@ -28,18 +29,18 @@ def test_original_names_and_aliases():
 
 
 def test_precedence_defaults_preset_flags():
-    cfg = resolve_config({"data": "d", "output_dir": "o", "r": 64, "seq_len": None}, load_preset("safe"), "safe")
+    cfg = resolve_config(flags={"data": "d", "output_dir": "o", "r": 64, "seq_len": None, "preset": "safe"})
     assert cfg.r == 64  # flag beats preset
     assert cfg.seq_len == 256  # preset beats default (512); an unset flag changes nothing
     assert cfg.weight_decay == TrainConfig().weight_decay  # default where neither says
 
 
 def test_bad_settings_name_the_key():
-    with pytest.raises(ConfigError, match="unknown setting 'rank'.*valid keys"):
-        resolve_config({}, {"rank": 4}, "mine")
+    with pytest.raises(ConfigError, match="unknown key 'rank' \\(did you mean 'adapter.r'\\?\\)"):
+        resolve_config(overrides={"rank": 4}, flags={"preset": "cpu"})
     with pytest.raises(ConfigError, match="--preset 'nope' is unknown"):
         canonical_name("nope")
-    with pytest.raises(ConfigError, match="--backend 'qlora4'"):
+    with pytest.raises(ConfigError, match="model.backend = 'qlora4' \\(expected one of qlora, lora, full; flag"):
         TrainConfig(backend="qlora4")
 
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from train_tiny import tiny_config, vox_rows, write_jsonl
 
 from mens.errors import ConfigError
@@ -40,7 +41,7 @@ def test_decide_modes():
 
 
 def test_fsdp_setting_is_validated(data_dir, tmp_path, tiny_model_dir):
-    with pytest.raises(ConfigError, match="--fsdp 'yes' \\(expected one of auto, on, off\\)"):
+    with pytest.raises(ConfigError, match="fsdp = 'yes' \\(expected one of auto, on, off; flag --fsdp\\)"):
         tiny_config(data_dir, tmp_path / "x", tiny_model_dir, fsdp="yes")
 
 
@@ -84,8 +85,8 @@ def test_background_passes_fsdp_on(monkeypatch, tmp_path):
               "--background"])
     except SystemExit as e:
         assert e.code in (0, None)
-    i = seen[0].index("--fsdp")
-    assert seen[0][i:i + 2] == ["--fsdp", "on"]
+    assert seen[0] == ["train", str(tmp_path / "o" / "config.yaml")]  # relaunched from the saved config
+    assert yaml.safe_load((tmp_path / "o" / "config.yaml").read_text())["fsdp"] == "on"
 
 
 def _torchrun(data_dir, out, model_dir, backend: str, *extra, steps=4, batch_size=2, grad_accum=1, save_every=2,

@@ -1,1 +1,2 @@
-"""Package data: YAML presets (train_presets.yaml)."""
+"""Package data: training presets (train/<name>.yaml, indexed by train_presets.yaml) and dogfood's presets
+(dogfood/<name>.yaml)."""
