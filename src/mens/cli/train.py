@@ -14,123 +14,68 @@ from mens.errors import UsageError
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train")(train)
+    from mens.cli.train_options import train_command
+
+    app.command("train")(train_command(train, TRAIN_DOC))
     app.command("probe")(probe)
     app.command("status")(status)
 
 
-def train(
-    data_dir: Path = typer.Option(..., "--data-dir", help="Directory with train.jsonl, or a .jsonl file."),
-    output_dir: Path = typer.Option(..., "--output-dir", help="Run directory to write."),
-    model: str = typer.Option(None, "--model", help="Local HF dir, hub id, or embedded `smollm2-135m` (default)."),
-    backend: str = typer.Option(None, "--backend", help="qlora (default), lora or full."),
-    preset: str = typer.Option(None, "--preset", help="Preset name (see `mens probe`); default: the device's."),
-    device: str = typer.Option(None, "--device", help="auto (default), cpu, cuda or mps."),
-    epochs: float = typer.Option(None, "--epochs", help="Passes over the data."),
-    max_steps: int = typer.Option(None, "--max-steps", help="Optimizer steps (overrides --epochs)."),
-    seq_len: int = typer.Option(None, "--seq-len", help="Max tokens per row (left truncation)."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Rows per micro-batch per process."),
-    grad_accum: int = typer.Option(None, "--grad-accum", help="Micro-batches per optimizer step."),
-    lr: float = typer.Option(None, "--lr", help="Peak learning rate."),
-    rank: int = typer.Option(None, "--rank", help="LoRA rank."),
-    alpha: float = typer.Option(None, "--alpha", help="LoRA alpha."),
-    ce_last_k: int = typer.Option(None, "--ce-last-k", help="Supervise only the last K tokens (0 = all)."),
-    pack: bool = typer.Option(None, "--pack/--no-pack", help="Pack several examples per row."),
-    val_fraction: float = typer.Option(None, "--val-fraction", help="Held-out share for validation loss."),
-    eval_every: int = typer.Option(None, "--eval-every", help="Validation every N steps (0 = at the end)."),
-    save_every: int = typer.Option(None, "--save-every", help="Checkpoint every N steps (0 = none)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the newest checkpoint."),
-    background: bool = typer.Option(False, "--background", help="Detach; log to --log-dir."),
-    log_dir: Path = typer.Option(None, "--log-dir", help="Log directory; implies --background (default OUT/logs)."),
-    seed: int = typer.Option(None, "--seed", help="Random seed."),
-    lora_dropout: float = typer.Option(None, "--lora-dropout", help="LoRA dropout."),
-    neftune_alpha: float = typer.Option(None, "--neftune-alpha", help="NEFTune embedding noise while training "
-                                        "(0 = off; the paper used 5-15)."),
-    lora_layers: int = typer.Option(None, "--lora-layers", help="Adapt only the top N decoder layers (0 = all)."),
-    min_examples: int = typer.Option(None, "--min-examples", help="Fewest usable examples accepted."),
-    strict_targets: bool = typer.Option(None, "--strict-targets/--no-strict-targets",
-                                        help="Fail when a decoder-layer projection would stay unadapted."),
-    threads: int = typer.Option(None, "--threads", help="torch CPU threads (0 = default)."),
-    autocast: str = typer.Option(None, "--autocast", help="Matmul precision: auto (default), bf16 or off (f32)."),
-    fsdp: str = typer.Option(None, "--fsdp", help="Shard across torchrun processes: auto (when a replica would "
-                             "not fit; default), on or off."),
-    gradient_checkpointing: bool = typer.Option(None, "--gradient-checkpointing/--no-gradient-checkpointing",
-                                                help="Recompute activations in backward (less memory)."),
-    system_prompt: str = typer.Option(None, "--system-prompt", help="System prompt ('' = none; default: Vox)."),
-    init_adapter: Path = typer.Option(None, "--init-adapter", help="Start LoRA from this run's adapter (round 2)."),
-    gate: Path = typer.Option(None, "--gate", help="After training: eval-local + these gates (verdict in manifest)."),
-    gate_bench: str = typer.Option(None, "--gate-bench", help="Bench for --gate (default: vox_default, held-out)."),
-    gate_limit: int = typer.Option(None, "--gate-limit", help="Evaluate only the first N held-out tasks for --gate."),
-) -> int:
-    """Fine-tune a base model on train.jsonl (LoRA, QLoRA or full) and write a run directory."""
-    flags = {"data": str(data_dir), "output_dir": str(output_dir), "model": model, "backend": backend,
-             "device": device, "epochs": epochs, "max_steps": max_steps, "seq_len": seq_len,
-             "batch_size": batch_size, "grad_accum": grad_accum, "learning_rate": lr, "r": rank, "lora_alpha": alpha,
-             "ce_last_k": ce_last_k, "pack": pack, "val_fraction": val_fraction, "eval_every": eval_every,
-             "save_every": save_every, "resume": resume or None, "seed": seed, "lora_dropout": lora_dropout,
-             "lora_layers": lora_layers, "neftune_alpha": neftune_alpha,
-             "min_examples": min_examples, "strict_targets": strict_targets, "num_threads": threads,
-             "autocast": autocast, "fsdp": fsdp,
-             "system_prompt": system_prompt, "gradient_checkpointing": gradient_checkpointing,
-             "init_adapter": None if init_adapter is None else str(init_adapter)}
-    if background or log_dir is not None:  # like the original, --log-dir alone also detaches
-        from mens.train.background import spawn_background
+TRAIN_DOC = """Fine-tune a base model on train.jsonl (LoRA, QLoRA or full) and write a run directory.
 
-        argv = ["train", "--data-dir", str(data_dir), "--output-dir", str(output_dir)]
-        for name, value in (("--preset", preset), *[(f"--{k.replace('_', '-')}", v) for k, v in flags.items()
-                                                       if k not in ("data", "output_dir")]):
-            argv += _flag(name, value)
-        for name, value in (("--gate", gate), ("--gate-bench", gate_bench), ("--gate-limit", gate_limit)):
-            argv += _flag(name, value)
-        pid, log = spawn_background(argv, log_dir or output_dir / "logs")
-        typer.echo(f"training in the background: pid {pid}, log {log}\nprogress: mens status {output_dir}")
+Settings: defaults < --preset < CONFIG.yaml < key.sub=value < flags (docs/config.md); --print-config shows \
+the result. Every run saves it as OUT/config.yaml: `mens train OUT/config.yaml output_dir=NEW` replays the run."""
+
+
+def train(values: dict) -> int:
+    """`mens train`: resolve the config from its layers, then print it, detach, or train (and gate)."""
+    from mens.cli.train_options import OWN
+    from mens.train.original_flags import FLAGS, translate
+    from mens.train.resolve import require_paths, resolve_config, split_args
+
+    file, overrides = split_args(values.pop("args") or [])
+    own = {k: values.pop(k) for k in OWN}
+    settings, record, notes = translate({f.key: values.pop(f.key) for f in FLAGS}, device=values.get("device"))
+    flags = {**values, **settings, "extra": _pairs(values.get("extra"))}
+    if record:
+        flags["extra"] = {**(flags["extra"] or {}), "original_flags": record}
+    cfg = resolve_config(file=file, overrides=overrides, flags=flags)
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+    if own["print_config"]:
+        typer.echo(cfg.to_yaml(), nl=False)
         return 0
-    from mens.train.config import resolve_config
-    from mens.train.presets import canonical_name, load_preset
+    require_paths(cfg)
+    gate_args = [a for name, v in (("--gate", own["gate"]), ("--gate-bench", own["gate_bench"]),
+                                   ("--gate-limit", own["gate_limit"])) if v is not None for a in (name, str(v))]
+    if own["background"] or own["log_dir"] is not None:  # like the original, --log-dir alone also detaches
+        from mens.train.background import relaunch
 
-    name = preset
-    if name is None:
-        from mens.train.presets import recommend_preset
-        from mens.train.probe import probe_device
-
-        dev = probe_device(device or "auto")
-        name = recommend_preset(dev["kind"], dev.get("memory_gb"))
-    cfg = resolve_config(flags, load_preset(name), canonical_name(name))
-    cfg.preset = canonical_name(name)
+        pid, log = relaunch(cfg, own["log_dir"], gate_args)
+        typer.echo(f"training in the background: pid {pid}, log {log}\nprogress: mens status {cfg.output_dir}")
+        return 0
     from mens.train.run import run_training
 
     summary = run_training(cfg)
     if summary:
         typer.echo(f"done: {summary['steps']} steps, final loss {summary['final_loss']:.4f}, "
-                   f"{summary['tokens_per_s']} tokens/s -> {output_dir}")
-        if gate is not None:  # rank 0 only: other ranks return no summary
+                   f"{summary['tokens_per_s']} tokens/s -> {cfg.output_dir}")
+        if own["gate"] is not None:  # rank 0 only: other ranks return no summary
             from mens.evaluate.after_train import gate_after_training
 
-            verdict = gate_after_training(output_dir, gate, bench=gate_bench, limit=gate_limit,
-                                          device=cfg.device)
+            verdict = gate_after_training(Path(cfg.output_dir), own["gate"], bench=own["gate_bench"],
+                                          limit=own["gate_limit"], device=cfg.device)
             typer.echo(f"gates passed ({len(verdict['gates'])}); verdict recorded in training_manifest.json")
     return 0
 
 
-def _flag(name: str, value) -> list[str]:
-    if value is None:
-        return []
-    if name == "--learning-rate":
-        name = "--lr"
-    elif name == "--r":
-        name = "--rank"
-    elif name == "--lora-alpha":
-        name = "--alpha"
-    elif name == "--num-threads":
-        name = "--threads"
-    elif name == "--data":
-        name = "--data-dir"
-    if isinstance(value, bool):
-        if name == "--resume":
-            return [name] if value else []
-        base = name[2:]
-        return [f"--{base}" if value else f"--no-{base}"]
-    return [name, str(value)]
+def _pairs(items: list[str] | None) -> dict | None:
+    """`--extra KEY=VALUE` (repeatable) -> {KEY: VALUE}."""
+    if not items:
+        return None
+    if bad := [i for i in items if "=" not in i]:
+        raise UsageError(f"--extra {bad[0]!r}: expected KEY=VALUE")
+    return dict(i.split("=", 1) for i in items)
 
 
 def probe(
