@@ -1,12 +1,17 @@
-"""`--background` detaches, logs to OUT/logs/train_*.log, and `mens status` follows it to completion."""
+"""`--background` writes OUT/config.yaml, relaunches `mens train OUT/config.yaml` detached, logs to
+OUT/logs/train_*.log, and `mens status` follows it to completion."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import yaml
 
 
 def test_background_run_and_status(data_dir, tmp_path, tiny_model_dir):
@@ -22,6 +27,11 @@ def test_background_run_and_status(data_dir, tmp_path, tiny_model_dir):
     logs = list((out / "logs").glob("train_*.log"))
     assert len(logs) == 1
     pid = int((out / "logs" / "train.pid").read_text())
+    cmdline = Path(f"/proc/{pid}/cmdline")  # the child is started from the run's config.yaml, not from flags
+    with contextlib.suppress(OSError):  # (only where /proc exists and the child still runs)
+        assert cmdline.read_bytes().split(b"\0")[3:5] == [b"train", str(out / "config.yaml").encode()]
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert (saved["data"]["seq_len"], saved["adapter"]["r"], saved["schedule"]["max_steps"]) == (96, 4, 3)
     state = None
     while time.time() - t0 < 120:
         st = subprocess.run([sys.executable, "-m", "mens", "status", str(out), "--json"], capture_output=True,

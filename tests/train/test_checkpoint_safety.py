@@ -120,9 +120,7 @@ def test_old_pickled_checkpoint_is_refused_in_one_line_never_unpickled(ref, tiny
             (ckpt / f).unlink()
         for f in ("optimizer.pt", "scheduler.pt", "rng.pt"):
             torch.save({"ranks": [Boom(marker)], "state": Boom(marker)}, ckpt / f)
-    args = ["train", "--data-dir", str(ref / "data"), "--output-dir", str(run), "--model", str(tiny_model_dir),
-            "--backend", "lora", "--device", "cpu", "--max-steps", "6", "--seq-len", "96", "--rank", "4",
-            "--alpha", "8", "--threads", "1", "--min-examples", "10", "--resume"]
+    args = ["train", str(run / "config.yaml"), "--output-dir", str(run), "--resume"]  # the run's own settings
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     err = capsys.readouterr().err

@@ -127,6 +127,9 @@ def test_jsonl_file_accepted_and_resume_checks_settings(tmp_path, data_dir, tiny
     out = tmp_path / "o"
     run_training(tiny_config(data_dir / "train.jsonl", out, tiny_model_dir, max_steps=4, save_every=2))
     assert json.loads((out / "training_manifest.json").read_text())["data"].endswith("train.jsonl")
+    changed = tiny_config(data_dir, out, tiny_model_dir, max_steps=4, save_every=2, learning_rate=0.5, resume=True)
+    with pytest.raises(ConfigError, match="--resume: .*differ from .*config.yaml in optimizer.learning_rate"):
+        run_training(changed)
+    (out / "config.yaml").unlink()  # without the run's config.yaml, the checkpoint's digest still refuses
     with pytest.raises(ConfigError, match="--resume: .*step-2 was written with other settings"):
-        run_training(tiny_config(data_dir, out, tiny_model_dir, max_steps=4, save_every=2, learning_rate=0.5,
-                                 resume=True))
+        run_training(changed)

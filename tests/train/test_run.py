@@ -14,7 +14,7 @@ from train_tiny import build_tokenizer, tiny_config, vox_rows, write_jsonl
 from mens.train.run import run_training
 
 COMMON = {"chat_template.jinja", "tokenizer.json", "tokenizer_config.json", "training_manifest.json",
-          "training-preflight.json", "telemetry.jsonl", "run_summary.json"}
+          "training-preflight.json", "telemetry.jsonl", "run_summary.json", "config.yaml"}
 ADAPTER = {"adapter_config.json", "adapter_model.safetensors"}
 FULL = {"config.json", "generation_config.json", "model.safetensors", "system_prompt.txt"}
 STATE = {"optimizer.safetensors", "scheduler.json", "rng.safetensors", "state.json", "checksums.json"}

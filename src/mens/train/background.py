@@ -1,4 +1,5 @@
-"""`--background`: re-run the same training command detached (new session), output to a log file."""
+"""`--background`: write RUN/config.yaml, then run `mens train RUN/config.yaml` detached (new session), output to a
+log file. The child reads every setting from that file, so nothing is lost between the two processes."""
 
 from __future__ import annotations
 
@@ -7,6 +8,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from mens.train.config import TrainConfig
+
+
+def relaunch(cfg: TrainConfig, log_dir: Path | None, extra_args: list[str]) -> tuple[int, Path]:
+    """Check the run directory (free, or --resume settings that match), write its config.yaml and start
+    `mens train RUN/config.yaml EXTRA_ARGS` detached; return (pid, log path). Default log dir: RUN/logs."""
+    from mens.train.run_config import prepare_run_dir
+
+    path = prepare_run_dir(cfg)
+    return spawn_background(["train", str(path), *extra_args], log_dir or Path(cfg.output_dir) / "logs")
 
 
 def spawn_background(argv: list[str], log_dir: Path) -> tuple[int, Path]:

@@ -34,6 +34,7 @@ from mens.train.manifest import MANIFEST, SUMMARY, adapter_record, contract_dige
 from mens.train.packing import Row
 from mens.train.preflight import Preflight, embedding_problem, first_loss, packing_problem, vocab_problem
 from mens.train.probe import choose_checkpointing
+from mens.train.run_config import resume_problem, taken_problem, write_run_config
 from mens.train.schedule import effective_warmup, make_scheduler
 from mens.train.telemetry import Telemetry
 from mens.train.text import Example, default_system_prompt
@@ -106,7 +107,7 @@ def _autocast(dtype: str | None, device: str):
 
 
 def _read_data(cfg: TrainConfig, tokenizer, system_prompt):
-    path = resolve_data_file(cfg.data)
+    path = resolve_data_file(cfg.data.path)
     examples, skipped, n = read_examples(path, tokenizer, seq_len=cfg.seq_len, ce_last_k=cfg.ce_last_k,
                                          system_prompt=system_prompt, min_rating=cfg.min_rating)
     if len(examples) < cfg.min_examples:
@@ -118,8 +119,8 @@ def _read_data(cfg: TrainConfig, tokenizer, system_prompt):
 def prepare_inputs(cfg: TrainConfig, pf: Preflight, world: int) -> Inputs:
     """Cheap preflight: model directory, tokenizer vs embeddings, data records; then split, pack, plan."""
     system_prompt = default_system_prompt() if cfg.system_prompt is None else (cfg.system_prompt or None)
-    pf.run("data file", resolve_data_file, cfg.data)  # before any model work (the embedded one converts once)
-    model_dir, model_id = pf.run("model", resolve_model, cfg.model)
+    pf.run("data file", resolve_data_file, cfg.data.path)  # before any model work (the embedded one converts once)
+    model_dir, model_id = pf.run("model", resolve_model, cfg.model.name)
     if problems := model_dir_problems(model_dir):
         pf.fail("model files", ModelError("; ".join(problems) + ". Point --model at a complete HF model directory"))
     pf.ok("model files", str(model_dir))
@@ -250,15 +251,24 @@ def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, schedule
                             "again with a new --output-dir, or resume with the mens version that wrote them")
         return 0, None
     state, ckpt = loaded.state, loaded.path
-    if state.get("contract_digest") != inp.digest:
-        raise ConfigError(f"--resume: {ckpt} was written with other settings, data or base weights (contract digest "
-                          f"{str(state.get('contract_digest'))[:12]} != {inp.digest[:12]}); resume with the same "
+    # resume_digest leaves out what may change on resume (config.RESUMABLE: max_steps, save_every...); a checkpoint
+    # without one is compared by the full contract digest
+    key, want = (("resume_digest", resume_digest(cfg, inp)) if "resume_digest" in state
+                 else ("contract_digest", inp.digest))
+    if state.get(key) != want:
+        raise ConfigError(f"--resume: {ckpt} was written with other settings, data or base weights ({key} "
+                          f"{str(state.get(key))[:12]} != {want[:12]}); resume with the same "
                           "flags and data, or start a new --output-dir")
     if state.get("global_batch") != inp.plan.global_batch:
         raise ConfigError(f"--resume: global batch {inp.plan.global_batch} != {state.get('global_batch')} saved in "
                           f"{ckpt}; keep batch_size x grad_accum x processes the same")
     apply_checkpoint(loaded, model=model, backend=cfg.backend, optimizer=optimizer, scheduler=scheduler, rank=rank)
     return int(state["step"]), ckpt.name
+
+
+def resume_digest(cfg: TrainConfig, inp: Inputs) -> str:
+    """The contract digest without the settings that may change on resume."""
+    return contract_digest(cfg.contract_values(), inp.data_sha256, inp.base_sha256)
 
 
 def _manifest(cfg, inp: Inputs, *, run_id, device, world, warmup, start_step, resumed_from, model, amp) -> dict:
@@ -311,12 +321,11 @@ def run_training(cfg: TrainConfig) -> dict:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     run = Path(cfg.output_dir)
-    taken = d.main and not cfg.resume and (run / MANIFEST).exists()
-    if distributed.all_sum(d, [float(taken)])[0]:  # decided by rank 0 for every rank
-        raise ConfigError(f"--output-dir {run} already holds a run (training_manifest.json); pass --resume to "
-                          "continue it or choose a new directory")
+    problem = (taken_problem(cfg) or resume_problem(cfg)) if d.main else None
+    if distributed.all_sum(d, [float(problem is not None)])[0]:  # decided by rank 0 for every rank
+        raise ConfigError(problem or "rank 0 refused the run directory or the --resume settings (see its error)")
     if d.main:
-        run.mkdir(parents=True, exist_ok=True)
+        write_run_config(cfg)  # before preflight: even a run that fails early records what it was asked to do
     pf = Preflight(run, write=d.main)
     inp = prepare_inputs(cfg, pf, d.world)
 
@@ -372,7 +381,8 @@ def run_training(cfg: TrainConfig) -> dict:
              batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, global_batch=plan.global_batch,
              warmup_steps=warmup, train_examples=len(inp.train), val_examples=len(inp.val),
              train_rows=len(inp.rows), resumed_from_step=start_step or None, first_loss=loss0)
-    ckpt_state = {"run_id": run_id, "contract_digest": inp.digest, "global_batch": plan.global_batch,
+    ckpt_state = {"run_id": run_id, "contract_digest": inp.digest, "resume_digest": resume_digest(cfg, inp),
+                  "global_batch": plan.global_batch,
                   "world_size": d.world, "total_steps": plan.total_steps}
     try:
         st = train_loop(model=model, optimizer=optimizer, scheduler=scheduler, params=params, rows=inp.rows,
