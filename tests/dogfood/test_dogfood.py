@@ -39,8 +39,8 @@ def tiny_base(tmp_path_factory):
 
 
 def _cfg(out, base, **kw) -> DogfoodConfig:
-    settings = {"model": str(base), "quick": True, "max_steps": 3, "limit": 2, "max_new_tokens": 12,
-                "synthetic": 30, "tasks": 30,
+    settings = {"model": str(base), "quick": True, "train": {"schedule.max_steps": 3}, "limit": 2,
+                "max_new_tokens": 12, "synthetic": 30, "tasks": 30,
                 "modes": ("greedy", "constrained"), "device": "cpu", **kw}
     return DogfoodConfig(output_dir=out, **settings)
 

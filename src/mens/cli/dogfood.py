@@ -15,7 +15,8 @@ def dogfood(
     output_dir: Path = typer.Option(Path("runs/dogfood"), "--output-dir", "-o", help="Where every stage writes."),
     model: str = typer.Option("smollm2-135m", "--model", help="Base model: embedded name, local HF dir or hub id."),
     corpus: list[Path] = typer.Option(None, "--corpus", help="Extra Vox sources/docs (repeatable), e.g. a checkout."),
-    quick: bool = typer.Option(False, "--quick", help="A small version: 20 steps, 8 held-out tasks (minutes)."),
+    quick: bool = typer.Option(False, "--quick", help="A small version: 20 steps, 8 held-out tasks (minutes); the "
+                                                      "preset mens/configs/dogfood/quick.yaml."),
     backend: str = typer.Option(None, "--backend", help="qlora, lora or full (default: the device preset's)."),
     preset: str = typer.Option(None, "--preset", help="Training preset (default: the device's, see `mens probe`)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
@@ -23,6 +24,9 @@ def dogfood(
     max_steps: int = typer.Option(None, "--max-steps", help="Training steps (overrides --epochs)."),
     batch_size: int = typer.Option(None, "--batch-size", min=1, help="Training rows per step (default: preset's)."),
     lr: float = typer.Option(None, "--lr", help="Peak learning rate (default: the preset's)."),
+    train: list[str] = typer.Option(None, "--train", help="A training override KEY=VALUE, keys as in `mens train` "
+                                                          "(schedule.warmup_steps=20); repeatable, after the flags "
+                                                          "above."),
     synthetic: int = typer.Option(None, "--synthetic", min=0,
                                    help="Synthetic programs to add (default 50; quick 40; 0 = none)."),
     tasks: int = typer.Option(None, "--tasks", min=0,
@@ -45,10 +49,13 @@ def dogfood(
     """Run the whole pipeline on the embedded Vox corpus: data, held-out bench, base eval, train, eval, gate,
     merge, model card and report."""
     from mens.dogfood import DogfoodConfig, run_dogfood
+    from mens.train.resolve import flags_layer, merge, parse_overrides
 
-    cfg = DogfoodConfig(output_dir=output_dir, model=model, corpus=list(corpus or []), quick=quick, backend=backend,
-                        preset=preset, device=device, epochs=epochs, max_steps=max_steps, batch_size=batch_size,
-                        learning_rate=lr, synthetic=synthetic, tasks=tasks, limit=limit, max_new_tokens=max_new_tokens,
+    overrides = merge(flags_layer({"backend": backend, "preset": preset, "epochs": epochs, "max_steps": max_steps,
+                                   "batch_size": batch_size, "learning_rate": lr}),
+                      parse_overrides(train or [], "--train"))
+    cfg = DogfoodConfig(output_dir=output_dir, model=model, corpus=list(corpus or []), quick=quick, device=device,
+                        train=overrides, synthetic=synthetic, tasks=tasks, limit=limit, max_new_tokens=max_new_tokens,
                         modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
                         gates=None if gates is None else Path(gates), rounds=rounds, seed=seed,
                         dev_pairs=dev_pairs, requests=requests, served_tasks=served_tasks, resume=resume)

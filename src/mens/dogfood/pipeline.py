@@ -7,11 +7,13 @@ stages and a failed stage keeps everything before it. Run: `mens dogfood [--quic
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from mens.errors import GateFailed, UsageError
@@ -24,6 +26,13 @@ would cost most of the training time and teaches a 135M base little; dogfood tra
 with this one (stored in the run's manifest, so eval, merge and serve reuse it)."""
 
 
+SIZES = {"synthetic": 50, "tasks": 150, "tasks2": 400, "limit": None, "served_tasks": 8, "max_new_tokens": 200}
+"""Dogfood's own sizes in a full run; --quick takes its sizes from the preset mens/configs/dogfood/quick.yaml."""
+OWN_TRAIN_KEYS = ("output_dir", "data.path", "model.name", "device", "seed", "data.system_prompt",
+                  "checkpoint.resume", "adapter.init_adapter")
+"""Training keys dogfood sets itself (from its own fields and stages); a `train:` override of one is refused."""
+
+
 @dataclass
 class DogfoodConfig:
     output_dir: Path
@@ -31,15 +40,11 @@ class DogfoodConfig:
     corpus: list[Path] = field(default_factory=list)
     """Extra sources (a Vox checkout's examples/ and docs/) added to the embedded corpus."""
     quick: bool = False
-    backend: str | None = None
-    """None = the preset's (the device's recommendation)."""
-    preset: str | None = None
+    """A smoke run of every stage: the preset mens/configs/dogfood/quick.yaml (training overrides and sizes)."""
     device: str = "auto"
-    epochs: float | None = None
-    max_steps: int | None = None
-    batch_size: int | None = None
-    """Rows per step (default: the preset's; quick 2)."""
-    learning_rate: float | None = None
+    train: dict = field(default_factory=dict)
+    """Training overrides, keys as in the training config (nested, or dotted: `{"schedule.max_steps": 50}`,
+    `{"preset": "cpu"}`): over the device's preset (or the one named here) and --quick's block."""
     synthetic: int | None = None
     """Synthetic programs from `corpus generate` (default 50; quick 40)."""
     tasks: int | None = None
@@ -71,33 +76,58 @@ class DogfoodConfig:
     resume: bool = False
 
     def __post_init__(self) -> None:
+        from mens.train.resolve import check_layer
+
         self.output_dir = Path(self.output_dir)
-        if self.synthetic is None:
-            self.synthetic = 40 if self.quick else 50
-        if self.tasks is None:
-            self.tasks = 60 if self.quick else 150
-        if self.limit is None and self.quick:
-            self.limit = 8
+        preset = quick_preset() if self.quick else {}
+        for name, default in SIZES.items():
+            if getattr(self, name) is None:
+                setattr(self, name, preset.get(name, default))
         if self.rounds not in (1, 2):
             raise UsageError(f"--rounds {self.rounds}: use 1 or 2")
         if self.dev_pairs is None:
             self.dev_pairs = self.rounds == 1
-        if self.tasks2 is None:
-            self.tasks2 = 40 if self.quick else 400
-        if self.served_tasks is None:
-            self.served_tasks = 2 if self.quick else 8
-        if self.max_new_tokens is None:
-            self.max_new_tokens = 128 if self.quick else 200
-        if self.quick and self.max_steps is None and self.epochs is None:
-            self.max_steps = 20
-        if self.quick and self.batch_size is None:
-            self.batch_size = 2
+        self.train = check_layer(self.train or {}, "dogfood train overrides")
+        if own := [k for k in OWN_TRAIN_KEYS if _has(self.train, k)]:
+            raise UsageError(f"dogfood train overrides: {', '.join(own)} are set by dogfood itself (its data, run "
+                             "directories and stages); use `mens dogfood --model/--device/--seed` instead")
 
     @property
     def gate_enforced(self) -> bool:
         """--quick is a smoke run of every stage: 20 steps are not meant to reach the bar, so with the packaged gates
         an unmet gate is recorded (gate_receipt.json, card) but does not stop merge and parity. --gates enforces."""
         return not (self.quick and self.gates is None)
+
+    def train_overrides(self) -> dict:
+        """The training overrides of every round: --quick's block, then the user's (an epochs count given without a
+        step count replaces --quick's step count)."""
+        from mens.train.resolve import merge
+
+        base = copy.deepcopy(quick_preset().get("train", {})) if self.quick else {}
+        if _has(self.train, "schedule.epochs") and not _has(self.train, "schedule.max_steps"):
+            base.get("schedule", {}).pop("max_steps", None)
+        return merge(base, self.train)
+
+
+def quick_preset() -> dict:
+    """The --quick preset: `train:` overrides (checked) and dogfood's sizes."""
+    from mens.train.presets import read_yaml_mapping
+    from mens.train.resolve import check_layer
+
+    where = "mens/configs/dogfood/quick.yaml"
+    data = read_yaml_mapping(None, where, resources.files("mens.configs").joinpath("dogfood", "quick.yaml")
+                             .read_text(encoding="utf-8"))
+    if unknown := set(data) - {"train", *SIZES}:
+        raise UsageError(f"{where}: unknown keys {sorted(unknown)}; expected train: and {', '.join(SIZES)}")
+    return {**data, "train": check_layer(data.get("train") or {}, where)}
+
+
+def _has(tree: dict, path: str) -> bool:
+    for part in path.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return False
+        tree = tree[part]
+    return True
 
 
 @dataclass

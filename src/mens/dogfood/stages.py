@@ -166,26 +166,16 @@ def eval_base(ctx: Context) -> str:
 
 
 def train_config(ctx: Context, *, data: str = "data", run: str = "run", init_adapter: Path | None = None):
-    """The TrainConfig of a round: the device's preset (or --preset), then dogfood's settings, then flags."""
-    from mens.train.config import resolve_config
-    from mens.train.presets import canonical_name, load_preset, recommend_preset
-    from mens.train.probe import probe_device
+    """The TrainConfig of a round: the device's preset (or the `train:` block's), --quick's and the user's training
+    overrides, then what dogfood sets itself (data, run directory, model, device, seed, system prompt)."""
+    from mens.train.resolve import resolve_config
 
     cfg = ctx.cfg
-    name = cfg.preset
-    if name is None:
-        dev = probe_device(cfg.device)
-        name = recommend_preset(dev["kind"], dev.get("memory_gb"))
-    flags = {"data": str(ctx.path(data)), "output_dir": str(ctx.path(run)), "model": cfg.model, "backend": cfg.backend,
-             "device": cfg.device, "epochs": cfg.epochs, "max_steps": cfg.max_steps, "seed": cfg.seed,
-             "batch_size": cfg.batch_size, "learning_rate": cfg.learning_rate,
-             "system_prompt": cfg.system_prompt, "resume": cfg.resume or None,
-             "eval_every": 10 if cfg.quick else None, "save_every": 0 if cfg.quick else None,
-             "init_adapter": None if init_adapter is None else str(init_adapter)}
-    tc = resolve_config(flags, load_preset(name), canonical_name(name))
-    tc.preset = canonical_name(name)
-    tc.extra = {"dogfood": str(cfg.output_dir)}
-    return tc
+    own = {"data": str(ctx.path(data)), "output_dir": str(ctx.path(run)), "model": cfg.model, "device": cfg.device,
+           "seed": cfg.seed, "system_prompt": cfg.system_prompt, "resume": cfg.resume or None,
+           "init_adapter": None if init_adapter is None else str(init_adapter),
+           "extra": {"dogfood": str(cfg.output_dir)}}
+    return resolve_config(overrides=cfg.train_overrides(), flags=own)
 
 
 def train(ctx: Context, **round_kw) -> str:
