@@ -60,12 +60,14 @@ def train(values: dict) -> int:
     if summary:
         typer.echo(f"done: {summary['steps']} steps, final loss {summary['final_loss']:.4f}, "
                    f"{summary['tokens_per_s']} tokens/s -> {cfg.output_dir}")
-        if own["gate"] is not None:  # rank 0 only: other ranks return no summary
-            from mens.evaluate.after_train import gate_after_training
+        from mens.evaluate.after_train import benchmark_requested, gate_after_training
 
+        # rank 0 only (other ranks return no summary); the original's VOX_BENCHMARK=1 asks for it without --gate
+        if own["gate"] is not None or benchmark_requested():
             verdict = gate_after_training(Path(cfg.output_dir), own["gate"], bench=own["gate_bench"],
                                           limit=own["gate_limit"], device=cfg.device)
-            typer.echo(f"gates passed ({len(verdict['gates'])}); verdict recorded in training_manifest.json")
+            state = "passed" if verdict["passed"] else f"not met ({verdict['reason']})"
+            typer.echo(f"gates {state} ({len(verdict['gates'])}); verdict recorded in training_manifest.json")
     return 0
 
 
