@@ -171,3 +171,26 @@ def test_zero_synthetic_and_task_pairs_leave_those_sources_out(tmp_path, tiny_ba
     assert not (tmp_path / "df/corpus/tasks.jsonl").exists()
     rows = [json.loads(line) for line in (tmp_path / "df/data/train.jsonl").read_text().splitlines()]
     assert rows and not any(r["source"].startswith(("taskgen", "generate")) for r in rows)
+
+
+def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base):
+    """--budget: a few probe steps of the real recipe are timed, the plan (budget.json) gives training what fits,
+    the stage note says so, and a resumed run keeps the plan."""
+    from mens.dogfood.pipeline import Pipeline
+
+    out = tmp_path / "df"
+    pipeline = Pipeline(_cfg(out, tiny_base, budget="1h"), log=lambda _: None)
+    pipeline.stages = pipeline.stages[: [name for name, _ in pipeline.stages].index("train") + 1]
+    pipeline.run()
+    plan = json.loads((out / "data/budget.json").read_text())
+    assert plan["steps"] == plan["recipe_steps"] == 3 and plan["budget_s"] == 3600
+    base_eval_s = json.loads((out / "dogfood_state.json").read_text())["stages"]["eval-base"]["seconds"]
+    assert plan["reserve_s"] == pytest.approx(3 * base_eval_s + 60, abs=0.2)
+    assert plan["probe"]["step_s"] > 0 and plan["elapsed_s"] > 0 and plan["cpu"] is not None
+    assert not (out / "budget_probe").exists()  # the probe run is thrown away
+    state = json.loads((out / "dogfood_state.json").read_text())
+    assert "budget 1h: the recipe's 3 steps fit the budget" in state["stages"]["train"]["note"]
+    with pytest.raises(UsageError, match="--rounds 2"):
+        _cfg(tmp_path / "x", tiny_base, budget="30m", rounds=2)
+    with pytest.raises(UsageError, match="expected a duration"):
+        _cfg(tmp_path / "x", tiny_base, budget="soon")

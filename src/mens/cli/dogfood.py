@@ -45,6 +45,9 @@ def dogfood(
                                           "(default 8, quick 2; a number >= the held-out count sends all)."),
     seed: int = typer.Option(0, "--seed", help="Seed for phrasings, synthetic data and the mix."),
     resume: bool = typer.Option(False, "--resume", help="Continue a run in --output-dir, skipping finished stages."),
+    budget: str = typer.Option(None, "--budget", help="Wall-clock budget for the whole run (30m, 1h): training "
+                                                      "gets the steps that fit, timed on this machine by a few "
+                                                      "probe steps. Default: the recipe's own length."),
 ) -> int:
     """Run the whole pipeline on the embedded Vox corpus: data, held-out bench, base eval, train, eval, gate,
     merge, model card and report."""
@@ -58,7 +61,8 @@ def dogfood(
                         train=overrides, synthetic=synthetic, tasks=tasks, limit=limit, max_new_tokens=max_new_tokens,
                         modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
                         gates=None if gates is None else Path(gates), rounds=rounds, seed=seed,
-                        dev_pairs=dev_pairs, requests=requests, served_tasks=served_tasks, resume=resume)
+                        dev_pairs=dev_pairs, requests=requests, served_tasks=served_tasks, resume=resume,
+                        budget=budget)
     s = run_dogfood(cfg)
     typer.echo(f"base model:  non-empty parse rate {_f(s['base']['nonempty_parse_rate'])}, "
                f"pass@1 {_f(s['base']['pass_at_1'])}")

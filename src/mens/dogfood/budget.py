@@ -119,7 +119,7 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
     fit = int(usable // probe.step_s) if probe.step_s > 0 else probe.recipe_steps
     steps = min(probe.recipe_steps, fit)
     how = f"{probe.step_s:.2f} s/step measured over {PROBE_STEPS - 1} probe steps"
-    if steps < MIN_STEPS:
+    if steps < min(MIN_STEPS, probe.recipe_steps):  # a recipe shorter than MIN_STEPS only has to fit whole
         raise UsageError(
             f"--budget {budget_s / 60:.0f}m leaves {max(0.0, train_s) / 60:.1f} min for training after "
             f"{elapsed_s / 60:.1f} min of data stages and {reserve / 60:.1f} min reserved for evaluation: "

@@ -74,6 +74,9 @@ class DogfoodConfig:
     system_prompt: str = SHORT_SYSTEM_PROMPT
     seed: int = 0
     resume: bool = False
+    budget: str | None = None
+    """Wall-clock budget for the whole run (`30m`, `1h`): training gets the steps that fit, measured on this
+    machine by a few probe steps (mens.dogfood.budget); None = the recipe's own length, however long it takes."""
 
     def __post_init__(self) -> None:
         from mens.train.resolve import check_layer
@@ -87,6 +90,11 @@ class DogfoodConfig:
             raise UsageError(f"--rounds {self.rounds}: use 1 or 2")
         if self.dev_pairs is None:
             self.dev_pairs = self.rounds == 1
+        if self.budget is not None:
+            from mens.dogfood.budget import parse_budget
+
+            if parse_budget(self.budget) is not None and self.rounds == 2:
+                raise UsageError("--budget fits one training run to the time; with --rounds 2 leave it out")
         self.train = check_layer(self.train or {}, "dogfood train overrides")
         if own := [k for k in OWN_TRAIN_KEYS if _has(self.train, k)]:
             raise UsageError(f"dogfood train overrides: {', '.join(own)} are set by dogfood itself (its data, run "

@@ -179,15 +179,45 @@ def train_config(ctx: Context, *, data: str = "data", run: str = "run", init_ada
 
 
 def train(ctx: Context, **round_kw) -> str:
+    from mens.dogfood.budget import parse_budget
     from mens.train.run import run_training
 
     tc = train_config(ctx, **round_kw)
+    budget_note = ""
+    if (budget_s := parse_budget(ctx.cfg.budget)) is not None:
+        plan = _budget_plan(ctx, tc, budget_s)
+        tc.max_steps, tc.eval_every = plan["steps"], plan["eval_every"]
+        budget_note = f"; budget {ctx.cfg.budget}: {plan['note']}"
+        ctx.log(f"    budget {ctx.cfg.budget}: {plan['note']}")
     ctx.log(f"    preset {tc.preset}, backend {tc.backend}, device {tc.device}, "
             f"{'max_steps ' + str(tc.max_steps) if tc.max_steps else 'epochs ' + str(tc.epochs)}")
     s = run_training(tc)
     return (f"{s['steps']} steps, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}, "
             f"val loss {s['val_loss'] if s['val_loss'] is None else round(s['val_loss'], 3)}, "
-            f"{s['tokens_per_s']} tokens/s")
+            f"{s['tokens_per_s']} tokens/s{budget_note}")
+
+
+def _budget_plan(ctx: Context, tc, budget_s: float) -> dict:
+    """The training length that fits the budget (data/budget.json). Made once: a resumed run keeps its plan, so
+    it trains the steps its checkpoints were planned for."""
+    import time
+    from dataclasses import asdict
+
+    from mens.dogfood.budget import cpu_name, plan_budget, probe_training, write_plan
+    from mens.dogfood.pipeline import STATE
+    from mens.train.run import cpu_has_native_bf16
+
+    path = ctx.path("data", "budget.json")
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    stages = json.loads(ctx.path(STATE).read_text(encoding="utf-8")).get("stages", {})
+    t0 = time.time()
+    probe = probe_training(tc, ctx.path("budget_probe"))
+    elapsed = sum(v.get("seconds") or 0 for v in stages.values()) + (time.time() - t0)
+    plan = plan_budget(budget_s, elapsed, (stages.get("eval-base") or {}).get("seconds") or 0.0, probe,
+                       cpu=cpu_name(), native_bf16=cpu_has_native_bf16())
+    write_plan(plan, path)
+    return asdict(plan)
 
 
 def eval_tuned(ctx: Context, run: str = "run") -> str:
