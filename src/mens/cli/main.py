@@ -43,7 +43,7 @@ def _root(
 
 def _register() -> None:
     # Command groups: each module exposes `register(app)`. Only commands that work are registered.
-    from mens.cli import after, corpus, dogfood, lab, models, train, vox
+    from mens.cli import after, chat, corpus, dogfood, lab, models, publish, train, vox
 
     vox.register(app)
     corpus.register(app)
@@ -51,6 +51,8 @@ def _register() -> None:
     models.register(app)
     lab.register(app)
     after.register(app)
+    publish.register(app)
+    chat.register(app)
     dogfood.register(app)
 
 
