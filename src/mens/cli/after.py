@@ -1,4 +1,4 @@
-"""After training: `mens gate`, `mens report`, `mens card` (no torch)."""
+"""After training: `mens gate`, `mens report`, `mens card` (no torch); `mens publish` is in cli/publish.py."""
 
 from __future__ import annotations
 
@@ -34,9 +34,12 @@ def report(run: Path = typer.Argument(..., help="Run directory.")) -> int:
     return 0
 
 
-def card(run: Path = typer.Argument(..., help="Run directory.")) -> int:
+def card(
+    run: Path = typer.Argument(..., help="Run directory."),
+    repo_id: str | None = typer.Option(None, "--repo-id", help="The Hub id the usage examples name (owner/name)."),
+) -> int:
     """Write the Hugging Face model card RUN/README.md from the run's own results."""
     from mens.report.card import write_card
 
-    typer.echo(f"wrote {write_card(run)}")
+    typer.echo(f"wrote {write_card(run, repo_id=repo_id)}")
     return 0
