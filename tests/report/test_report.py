@@ -51,8 +51,8 @@ def test_report_draws_the_expected_series(run_dir):
     files = read_run(run_dir)
     assert len(files.steps) == 20 and len(files.evals) == 3  # the torn last line is skipped
     html = write_report(run_dir)
-    assert html.is_file() and html.read_text().count("data:image/png;base64,") == 4
-    for name in ("loss", "throughput", "parse_rate", "pass_at_1"):
+    assert html.is_file() and html.read_text().count("data:image/png;base64,") == 5
+    for name in ("loss", "throughput", "parse_rate", "pass_at_1", "modes"):
         w, h = _png_size(run_dir / "plots" / f"{name}.png")
         assert w > 300 and h > 200
     loss = run_dir / "plots" / "loss.png"
@@ -66,10 +66,11 @@ def test_report_draws_the_expected_series(run_dir):
 def test_card_has_metadata_and_honest_numbers(run_dir):
     text = build_card(run_dir)
     meta = yaml.safe_load(text.split("---")[1])
-    assert meta["base_model"] == "smollm2-135m" and "qlora" in meta["tags"] and meta["library_name"] == "peft"
+    assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # the embedded name, as its Hub id
+    assert "qlora" in meta["tags"] and meta["library_name"] == "peft"
     values = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
     assert values == {"nonempty_parse_rate": 0.95, "pass@1": 0.65}
-    assert "| base model (greedy) | 0.050 |" in text and "| tuned (tuned) | 0.950 |" in text
+    assert "| base model (greedy) | - | 0.05 | 0.00 |" in text and "| tuned (greedy) | 2 | 0.95 | 0.65 |" in text
     assert "No gate was run" in text and "## Limits" in text
     assert write_card(run_dir).name == "README.md"
 
@@ -90,3 +91,36 @@ def test_card_gives_the_headline_rates_an_interval(run_dir):
     (run_dir / "benchmark_results.json").write_text(json.dumps(bench))
     assert "95% intervals" not in build_card(run_dir)
 
+
+
+def test_report_has_rounded_numbers_resolved_hyperparameters_and_sample_answers(finished_run):
+    import re
+
+    run, base_dir = finished_run
+    page = write_report(run).read_text()
+    text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)
+    for raw in ("0.4234", "4.1234", "0.9876", "51.123", "384.06", "3893.0", "0.12345"):  # the run's unrounded values
+        assert raw not in text, raw
+    assert "0.423" in text and "384 s" in text and "3,893 MB" in text
+    assert "<td>learning rate</td><td>0.0008</td>" in text
+    assert "<td>warmup steps</td><td>1 (configured 30; at most a tenth of the steps)</td>" in text
+    assert "<td>global batch (sequences)</td><td>4</td>" in text
+    assert str(base_dir) not in text and "output dir" not in text  # local paths are not hyperparameters
+    assert "0.75 (3/4)" in text and "0.00 (0/4)" in text  # rates with the count of tasks behind them
+    samples = text.split("Sample held-out answers")[1].split("</table>")[0]
+    assert samples.count('class="pass">passed') == 2 and samples.count('class="fail">failed') == 2
+    assert "missing required text &#x27;while&#x27;" in samples and "fn gcd(a: int, b: int)" in samples
+
+
+def test_every_bar_carries_its_value_and_n_and_a_zero_is_drawn():
+    from mens.report.plots import ZERO_STUB, _labelled_bars, _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots()
+    _labelled_bars(ax, [0, 1, 2], [0.0, 0.625, None], [8, 8, None], 0.4, "#1f77b4", "tuned")
+    labels = [t.get_text() for t in ax.texts]
+    bars = ax.patches
+    plt.close(fig)
+    assert labels == ["0.00\n0/8", "0.62\n5/8", "not\nmeasured"]
+    assert bars[0].get_height() == ZERO_STUB and bars[0].get_hatch() and bars[0].get_linewidth() > 0
+    assert bars[1].get_height() == 0.625
