@@ -87,6 +87,8 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     card = (out / "run/README.md").read_text()
     assert "base model (greedy)" in card and f"{len(requests)} hand-written requests in users' words" in card
     assert any(line.startswith("[13/13] card") for line in logs)
+    merged_card = (out / "merged/README.md").read_text()  # the merged weights' own card, not the adapter's
+    assert "library_name: transformers" in merged_card and "library_name: peft" in card
 
     parity = json.loads((out / "run/merge_parity.json").read_text())
     assert parity["merged_vs_adapter"]["tasks"] == 2 and parity["served_vs_merged"]["tasks"] == 2

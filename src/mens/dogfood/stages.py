@@ -347,12 +347,12 @@ def parity(ctx: Context) -> str:
 
 
 def card(ctx: Context) -> str:
-    from mens.report.card import write_card
+    from mens.report.card import write_card, write_merged_card
     from mens.report.html import write_report
 
+    report = write_report(ctx.run)  # first: it draws the plots the card links to
     card_path = write_card(ctx.run)
-    report = write_report(ctx.run)
     merged = ctx.path("merged")
-    if merged.is_dir():  # the merged directory is what gets published: it carries the same card
-        (merged / "README.md").write_text(card_path.read_text(encoding="utf-8"), encoding="utf-8")
+    if merged.is_dir():  # the merged weights get their own card (library transformers, the merged files' usage)
+        write_merged_card(ctx.run, merged)
     return f"card {card_path}, report {report}"
