@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from mens.errors import ModelError, UsageError
-from mens.merge.handoff import ollama_modelfile, write_handoff
+from mens.merge.handoff import chat_template_family, ollama_modelfile, write_handoff
 from mens.model.chat_template import save_tokenizer
 from mens.model.inference import SYSTEM_PROMPT_FILE, resolve_base
 from mens.model.load import weights_sha256
@@ -72,7 +72,8 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
         out.rmdir()  # empty: checked above
     tmp.replace(out)
     write_handoff(out, name=run.name, base_model=base_model, run_dir=adapter_dir, lora_rank=rank,
-                  modelfile=modelfile is not None, stops=stop_strings)
+                  modelfile=modelfile is not None, stops=stop_strings,
+                  family=chat_template_family(getattr(tokenizer, "chat_template", None))[0])
     return out
 
 
