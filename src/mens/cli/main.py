@@ -43,7 +43,7 @@ def _root(
 
 def _register() -> None:
     # Command groups: each module exposes `register(app)`. Only commands that work are registered.
-    from mens.cli import after, chat, corpus, dogfood, lab, models, publish, train, vox
+    from mens.cli import after, chat, corpus, dogfood, export, lab, models, publish, train, vox
 
     vox.register(app)
     corpus.register(app)
@@ -53,6 +53,7 @@ def _register() -> None:
     after.register(app)
     publish.register(app)
     chat.register(app)
+    export.register(app)
     dogfood.register(app)
 
 
