@@ -211,13 +211,22 @@ def test_export_refuses_bad_input(tmp_path, monkeypatch):
         "import sys\nprint('INFO:hf-to-gguf:Loading model: model')\n"
         "print('ERROR:hf-to-gguf:Model FooForCausalLM is not supported', file=sys.stderr)\nsys.exit(1)\n")
     monkeypatch.setenv(gguf.CONVERTER_ENV, str(fake))
+    real_find_spec = importlib.util.find_spec
+    missing: set[str] = set()
+    present = {"sentencepiece"}  # the fake converter needs none; CI installs no export extra
+
+    def find_spec(name, *args):
+        if name in missing:
+            return None
+        return real_find_spec("json") if name in present else real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     with pytest.raises(ModelError, match="does not handle the architecture FooForCausalLM"):
         gguf.export_gguf(model, tmp_path / "o3")
-    real_find_spec = importlib.util.find_spec
-    missing = {"llama_cpp"}
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n in missing else real_find_spec(n, *a))
+    missing.add("llama_cpp")
     with pytest.raises(ModelError, match="q4_k_m needs llama.cpp's quantizer"):
         gguf.export_gguf(model, tmp_path / "o4", quant="q4_k_m")
+    present.clear()
     missing.add("sentencepiece")
     with pytest.raises(ModelError, match="needs the Python package sentencepiece"):
         gguf.export_gguf(model, tmp_path / "o5")
