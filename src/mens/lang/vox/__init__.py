@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from mens.lang.base import Diagnostic, Mode, ParseResult
 from mens.lang.vox.ast import base_kind
-from mens.lang.vox.complete import completion_suffix, finish_text
+from mens.lang.vox.complete import closing_suffix, completion_suffix, finish_text
 from mens.lang.vox.lexer import Tokens, lex
 from mens.lang.vox.parser import Parser
-from mens.lang.vox.prefix import clean_viable_prefix, viable_prefix
+from mens.lang.vox.prefix import PrefixChecker, clean_viable_prefix, viable_prefix
 
 CONSTRUCT_KINDS = (
     "fn", "type_struct", "type_adt", "table", "index", "endpoint", "test", "forall", "scheduled", "loading",
@@ -65,9 +65,17 @@ class VoxLanguage:
         """`viable_prefix`, and free of characters the lexer drops: what constrained decoding allows."""
         return clean_viable_prefix(text)
 
+    def prefix_checker(self) -> PrefixChecker:
+        """A fresh `clean_viable_prefix` for the successive prefixes of one answer, judged incrementally."""
+        return PrefixChecker()
+
     def completion_suffix(self, text: str) -> str | None:
         """A short suffix that turns an unfinished prefix into code that parses (see `complete.py`)."""
         return completion_suffix(text, lambda t: parse(t).has_code, viable_prefix)
+
+    def closing_suffix(self, text: str) -> str | None:
+        """A suffix that closes `text` so that it parses, found in a parse or two, or None (see `complete.py`)."""
+        return closing_suffix(text, lambda t: parse(t).has_code)
 
     def finish_text(self, text: str) -> str:
         """An unfinished answer closed (or cut back to a line that can be closed) so that it parses."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from mens.lang.vox.lexer import lex
-from mens.lang.vox.prefix import _growths
+from mens.lang.vox.prefix import _growths, _open_quote
 
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 
@@ -65,7 +65,7 @@ def completion_suffix(text: str, parses, viable=None) -> str | None:
     """
     if parses(text):
         return ""
-    leads = ("", '"', " 0", "0", "x", "()", " = 0")
+    leads = ("", '"', "'", " 0", "0", "x", "()", " = 0")
     for lead in (*leads, *("\n" + lead for lead in leads)):  # a newline first ends a trailing comment
         for mid in ("", " {}"):  # `if cond` needs a block before the enclosing ones close
             closers = _closers(text + lead + mid)
@@ -76,12 +76,33 @@ def completion_suffix(text: str, parses, viable=None) -> str | None:
     return _search(text, parses, viable) if viable is not None else None
 
 
+def closing_suffix(text: str, parses) -> str | None:
+    """A suffix that makes `text` parse found in a few parses, or None: the open string closed, or the open
+    brackets closed after nothing or a placeholder operand, with an empty body where one is missing (`fn f(a`
+    -> `) {}`). Constrained decoding streams text only up to points this closes (so that an answer can always
+    end parsing without taking back text already sent) and lets a model stop where this closes its text."""
+    quote = _open_quote(text)
+    for mid in ("", " {}"):  # `if cond` needs a block before the enclosing ones close
+        for lead in (quote,) if quote else ("", " 0"):
+            closers = _closers(text + lead + mid)
+            for tail in ("", " {}"):  # `fn f(a` needs its parameter list closed and then a body
+                suffix = lead + mid + closers + tail
+                if parses(text + suffix):
+                    return suffix
+    return None
+
+
 MAX_CUTS = 200
+
+
+# What decorators with nothing to decorate need; only when no other repair works (an answer made of decorators).
+_LAST_RESORT = "\nfn f() {}"
 
 
 def finish_text(text: str, parses, viable) -> str:
     """`text` closed so that it parses: with a suffix if one works, else cut back (at whitespace, from the
-    end) to the longest head that quick repairs can close. Unchanged when nothing works."""
+    end) to the longest head that quick repairs can close, else closed and given the function its decorators
+    need. Unchanged when nothing works."""
     suffix = completion_suffix(text, parses, viable)
     if suffix is not None:
         return text + suffix
@@ -91,4 +112,9 @@ def finish_text(text: str, parses, viable) -> str:
         suffix = completion_suffix(head, parses)  # quick repairs only: this loop may run many times
         if suffix is not None:
             return head + suffix
+    for head in (text, *(text[:cut] for cut in cuts[:MAX_CUTS])):
+        quote = _open_quote(head) or ""
+        closed = head + quote + _closers(head + quote) + _LAST_RESORT
+        if parses(closed):
+            return closed
     return text

@@ -72,30 +72,40 @@ class UiDeclRules(DataDeclRules):
             self.parse_expr()
 
     def parse_style_blocks(self) -> None:
-        """Optional `style { .sel { prop: "v" } }` / `raw_css { ... }` blocks right after a component."""
+        """Optional `style { .sel { prop: "v" } }` / `raw_css { ... }` blocks right after a component.
+
+        As lenient as upstream (`expr/style.rs`): only a missing class name is an error; anything else that is
+        not a rule or a `prop: "value"` pair ends the block or rule quietly (its closing brace is optional), and
+        parsing goes on from there. So a rule written inside a rule is read as the next rule, and the outer
+        rule's `}` closes the block.
+        """
         k = self.k
-        while True:
-            i = self.pos
-            while k[i] == T.NEWLINE:
-                i += 1
-            if not (k[i] == T.IDENT and self.v[i] in ("style", "raw_css") and k[i + 1] == "{"):
-                return
-            self.pos = i + 2
+        self.skip_newlines()
+        while k[self.pos] == T.IDENT and self.v[self.pos] in ("style", "raw_css"):
+            self.advance()
+            if not self.eat("{"):
+                break
             while True:
                 self.skip_newlines()
-                if self.eat("}"):
+                if k[self.pos] != ".":
                     break
-                self.expect(".")
-                self.parse_ident_name()
-                self.expect("{")
+                self.advance()
+                try:
+                    self.parse_ident_name()
+                except Fail:
+                    break
+                if not self.eat("{"):
+                    break
                 while True:
                     self.skip_newlines()
-                    if self.eat("}"):
+                    if k[self.pos] != T.IDENT:
                         break
-                    self.parse_ident_name()
-                    self.expect(":")
-                    if not (self.eat(T.STR) or self.eat(T.SSTR)):
-                        self.expect(T.STR)
+                    self.advance()
+                    if not self.eat(":") or k[self.pos] != T.STR:
+                        break
+                    self.advance()
+                self.eat("}")  # closes the rule
+            self.eat("}")  # closes the block
 
     def parse_fragment(self) -> tuple[str, str]:
         self.advance()  # fragment
