@@ -14,7 +14,12 @@ if TYPE_CHECKING:  # only the Language protocol's shape is used: model/ does not
 
 
 def language_constraint(lang: Language) -> Constraint:
-    """Decode only text that stays a (clean, where the language says so) viable prefix of `lang`; stop only
-    when it is finished code; close an answer the token budget cut off."""
-    return Constraint(viable=getattr(lang, "clean_viable_prefix", lang.viable_prefix),
-                      complete=lambda text: lang.parse(text).has_code, finish=getattr(lang, "finish_text", None))
+    """Decode only text that stays a (clean, where the language says so) viable prefix of `lang`; stop as
+    finished code; close an answer that stopped unfinished or that the token budget cut off.
+
+    Where the language offers an incremental checker (`prefix_checker()`), each constraint gets its own, so
+    make one constraint per answer (or per stream of answers decoded one after another)."""
+    checker = getattr(lang, "prefix_checker", None)
+    viable = checker() if checker is not None else getattr(lang, "clean_viable_prefix", lang.viable_prefix)
+    return Constraint(viable=viable, complete=lambda text: lang.parse(text).has_code,
+                      finish=getattr(lang, "finish_text", None), closing=getattr(lang, "closing_suffix", None))

@@ -19,14 +19,25 @@ import torch
 
 @dataclass
 class Constraint:
-    """`viable(text)`: text can still be completed into valid code; `complete(text)`: text is finished code."""
+    """`viable(text)`: text can still be completed into valid code; `complete(text)`: text is finished code.
+
+    `viable` is called with the successive prefixes of one answer, so a stateful checker that remembers the
+    previous prefixes (e.g. `mens.lang.vox.prefix.PrefixChecker`) can judge each new one incrementally.
+    """
 
     viable: Callable[[str], bool]
     complete: Callable[[str], bool]
     max_candidates: int = 48
     """How many of the most likely tokens are tried before giving up and ending the answer."""
     finish: Callable[[str], str] | None = None
-    """The final text for an answer cut off by the token budget or a dead end (closed or cut back to parse)."""
+    """The final text for an answer that stopped unfinished, was cut off by the token budget or reached a dead
+    end (closed or cut back to parse)."""
+    lookahead: int = 4
+    """Kept tokens held back from the stream: a dead end may take back (backtrack over) only these."""
+    closing: Callable[[str], str | None] | None = None
+    """A suffix that makes the text complete, found cheaply, or None. With it, text is streamed only up to
+    points it closes, so that whatever comes next the answer can end complete without taking back what was
+    sent (`finish` may have to cut back unfinished text)."""
 
 
 def stop_token_ids(tokenizer, model=None) -> set[int]:
@@ -117,11 +128,12 @@ def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int
                   should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
     """Yield text pieces of the continuation of `input_ids`, one model step at a time.
 
-    With a constraint the answer is searched for (with bounded backtracking) and yielded once it is done,
-    since a dead end may take back tokens. `on_token` is called with each kept token id (stop tokens
-    excluded), e.g. to count usage. `stop_text(text so far)` ends an unconstrained answer after the token that
-    made it true (that token is kept), as in `generate_greedy_batch`. `should_stop()` true ends the answer at the
-    next model step (a server whose client left); a constrained search then yields nothing.
+    With a constraint the model's own choice is kept whenever the text stays viable, so the constraint only
+    repairs (see `_constrained`); pieces are streamed as they are decoded, `constraint.lookahead` tokens late,
+    since a dead end may still take those back. `on_token` is called with each kept token id (stop tokens
+    excluded) as it is streamed, e.g. to count usage. `stop_text(text so far)` ends an unconstrained answer after
+    the token that made it true (that token is kept), as in `generate_greedy_batch`. `should_stop()` true ends
+    the answer at the next model step (a server whose client left); held-back text is then dropped.
     """
     stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids
     gen = torch.Generator(device="cpu").manual_seed(seed if seed is not None else 0)
@@ -138,7 +150,7 @@ def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int
         if should_stop is not None and should_stop():
             return
         logits, past = _last_logits(model, keep_last, input_ids=ids, past_key_values=past)
-        token = int(_candidates(logits[0], temperature, top_p, gen, 1)[0])
+        token = _model_choice(logits[0], temperature, top_p, gen)
         if token in stop_ids:
             break
         if on_token is not None:
@@ -232,7 +244,7 @@ def _greedy_chunk(model, tokenizer, prompts: list[list[int]], max_new_tokens: in
         if gens is None:
             tokens = logits.argmax(dim=-1).tolist()
         else:  # an ended row draws nothing more: its generator stays where stream_tokens would leave it
-            tokens = [pad_id if finish[r] is not None else int(_candidates(logits[r], temperature, 1.0, gens[r], 1)[0])
+            tokens = [pad_id if finish[r] is not None else _model_choice(logits[r], temperature, 1.0, gens[r])
                       for r in range(len(prompts))]
         for row, token in enumerate(tokens):
             if finish[row] is None:
@@ -263,86 +275,218 @@ def _push(kept: list[int], token: int, tokenizer, stop_ids: set[int], stop_text:
 
 
 def constraint_accepts(tokenizer, token_ids: list[int], constraint: Constraint) -> bool:
-    """Whether greedy constrained decoding would keep exactly `token_ids` and then stop, given that they are the
-    model's greedy choice followed by a stop token.
+    """Whether greedy constrained decoding would keep exactly `token_ids` and then stop, with the same text,
+    given that they are the model's greedy choice followed by a stop token.
 
-    Each first choice is kept by `_first_viable` when its prefix text is viable, and the stop token when the
-    text is complete; then no step backtracks and the constrained decoder makes the same choices.
+    The constrained decoder keeps the model's choice whenever its text is viable, and stops where the model
+    stops once the text is complete; then it never intervenes and makes the same choices.
     """
-    detok = _Detokenizer(tokenizer)
+    text = _Text(tokenizer)
     for token in token_ids:
-        if not constraint.viable(detok.text_with(token)):
+        if not constraint.viable(text.with_token(token)):
             return False
-        detok.ids.append(token)
-    return constraint.complete(detok.text_with())
+        text.push(token)
+    return constraint.complete(text.text)
 
 
 MAX_BACKTRACKS = 32
 
 
+class _Text:
+    """The decoded text of a growing (and, when backtracking, shrinking) list of token ids."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.text = ""
+
+    def with_token(self, token_id: int) -> str:
+        return self.tokenizer.decode([*self.ids, token_id], skip_special_tokens=True)
+
+    def push(self, token_id: int) -> None:
+        self.ids.append(token_id)
+        self.text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+
+    def pop(self) -> int:
+        token = self.ids.pop()
+        self.text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        return token
+
+    def decoded(self, n: int) -> str:
+        """The text of the first `n` ids."""
+        return self.text if n == len(self.ids) else self.tokenizer.decode(self.ids[:n], skip_special_tokens=True)
+
+
 def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p, gen, stop_ids,
                  constraint: Constraint, on_token, should_stop=None) -> Iterator[str]:
-    """Depth-first decoding over viable prefixes.
+    """Decode with the model's own choices, repaired only where they would make the text unviable.
 
-    Each step keeps the first candidate (model order) whose text stays viable; a stop token is kept only
-    when the text is finished code. At a dead end the most recent choice is swapped for its next viable
-    alternative (at most MAX_BACKTRACKS times; the cache is rebuilt from the kept prefix). If the budget runs
-    out first, `constraint.finish` closes the text.
+    Each step draws the model's choice exactly as unconstrained decoding does (argmax, or one seeded draw) and
+    keeps it when its text stays viable; only when it does not are further candidates drawn, in model order,
+    up to `constraint.max_candidates`. A stop token is kept when the text is finished code; when the model
+    chose to stop on unfinished text that `constraint.closing` closes (an unclosed brace), it ends there,
+    closed, since the model meant to end (forcing it on makes it write code it did not intend); else the next
+    candidate is taken.
+
+    At a dead end (no candidate viable) the latest choice still held back is swapped for its next viable
+    alternative (at most MAX_BACKTRACKS times per answer; the KV cache is cropped back). Only the last
+    `constraint.lookahead` kept tokens can be taken back that way; older tokens are final and are streamed as
+    soon as the text up to them can be closed by `constraint.closing` (at once without one). So the stream
+    runs a few tokens behind the model and never has to take text back: at the end (the token budget, no
+    choice left) `constraint.finish` closes the whole text, or, where that would cut into streamed text, the
+    streamed text is closed with its known suffix and the tokens held back are dropped.
     """
     device = next(model.parameters()).device
     keep_last = _keeps_last_logits_only(model)
-    detok = _Detokenizer(tokenizer)
-    alternatives: list[list[int]] = []  # per kept token: the candidates not yet tried at that position
-    pending, past, backtracks, done = list(input_ids), None, 0, False
-    while len(detok.ids) < max_new_tokens and not done:
+    text = _Text(tokenizer)  # every kept token, held back or streamed
+    out = _Detokenizer(tokenizer)  # the streamed ones
+    streamed_suffix = "" if constraint.closing is None else constraint.closing("")  # closes the streamed text
+    held: list[_Choices] = []  # per token that may still be taken back: the untried candidates at its position
+    pending, past, backtracks, stopped = list(input_ids), None, 0, False
+    closings: dict[str, str] = {}
+
+    def closes(unfinished: str) -> bool:
+        """Whether the model may stop on `unfinished`: `closing` (else `finish`) closes it by appending."""
+        if unfinished not in closings:
+            if constraint.closing is not None:
+                suffix = constraint.closing(unfinished)
+                closings[unfinished] = unfinished + suffix if suffix is not None else ""
+            else:
+                closings[unfinished] = constraint.finish(unfinished) if constraint.finish is not None else ""
+        closed = closings[unfinished]
+        return closed.startswith(unfinished) and constraint.complete(closed)
+
+    while len(text.ids) < max_new_tokens:
         if should_stop is not None and should_stop():
             return
         logits, past = _last_logits(model, keep_last, input_ids=torch.tensor([pending], device=device),
                                     past_key_values=past)
-        order = _candidates(logits[0], temperature, top_p, gen, constraint.max_candidates)
-        token, rest = _first_viable(order[: constraint.max_candidates].tolist(), detok, stop_ids, constraint)
-        while token is None and alternatives and backtracks < MAX_BACKTRACKS:
+        choices = _Choices(logits[0], temperature, top_p, gen, constraint.max_candidates)
+        token = _first_acceptable(choices, text, stop_ids, constraint, closes)
+        while token is None and held and backtracks < MAX_BACKTRACKS:
             backtracks += 1
-            detok.ids.pop()  # take back the latest choice and try what else was viable there
-            token, rest = _first_viable(alternatives.pop(), detok, stop_ids, constraint)
-            past = None  # the cache holds the abandoned path: rebuild it from the kept prefix
+            text.pop()  # take back the latest choice and try what else was viable there
+            choices = held.pop()
+            token = _first_acceptable(choices, text, stop_ids, constraint, closes)
+            past = _crop(past, len(input_ids) + len(text.ids))
         if token is None:
             break
         if token in stop_ids:
-            done = True
+            stopped = True
             break
-        detok.ids.append(token)
-        alternatives.append(rest)
-        pending = [token] if past is not None else [*input_ids, *detok.ids]
-    text = detok.text_with()
-    if not done and constraint.finish is not None and not constraint.complete(text):
-        text = constraint.finish(text)
+        text.push(token)
+        held.append(choices)
+        pending = [token] if past is not None else [*input_ids, *text.ids]
+        if len(held) > constraint.lookahead:
+            held.pop(0)  # the oldest is final now
+        final = len(text.ids) - len(held)
+        if final > len(out.ids):
+            suffix = "" if constraint.closing is None else constraint.closing(text.decoded(final))
+            if suffix is not None:  # the final tokens can be closed: stream them
+                streamed_suffix = suffix
+                for token in text.ids[len(out.ids):final]:
+                    piece = _commit(token, out, on_token)
+                    if piece:
+                        yield piece
+    answer = text.text
+    if stopped and answer in closings:
+        answer = closings[answer]
+    elif not stopped and constraint.finish is not None and not constraint.complete(answer):
+        answer = constraint.finish(answer)
+    streamed = text.decoded(len(out.ids))
+    if not answer.startswith(streamed):  # streamed text cannot be taken back
+        answer = text.text
+    if constraint.closing is not None and streamed_suffix is not None and not constraint.complete(answer):
+        answer = streamed + streamed_suffix  # drop what was held back, close what was streamed
+    sent = out.emitted
+    for token in text.ids[len(out.ids):]:  # report the held-back tokens the answer keeps
+        if answer.startswith(text.decoded(len(out.ids) + 1)):
+            _commit(token, out, on_token)
+    if len(answer) > len(sent):
+        yield answer[len(sent):]
+
+
+def _commit(token: int, out: _Detokenizer, on_token) -> str:
+    """Stream one final token: report it and return its text (held back while it ends mid-character)."""
     if on_token is not None:
-        for token in detok.ids:
-            on_token(token)
-    if text:
-        yield text
+        on_token(token)
+    return out.push(token)
 
 
-def _first_viable(order: list[int], detok: _Detokenizer, stop_ids: set[int], constraint: Constraint
-                  ) -> tuple[int | None, list[int]]:
-    """The first acceptable candidate of `order` and the candidates after it."""
-    text = detok.text_with()
-    for i, token in enumerate(order):
+def _first_acceptable(choices: _Choices, text: _Text, stop_ids: set[int], constraint: Constraint,
+                      closes: Callable[[str], bool]) -> int | None:
+    """The next candidate of `choices` that keeps the text viable. A stop token: when the text is complete, or,
+    if it is the model's own choice (the first of a fresh `choices`), when `closes(text)`."""
+    model_choice = choices.fresh
+    for token in choices:
         if token in stop_ids:
-            if constraint.complete(text):
-                return token, order[i + 1 :]
-        elif constraint.viable(detok.text_with(token)):
-            return token, order[i + 1 :]
-    return None, []
+            if constraint.complete(text.text) or (model_choice and closes(text.text)):
+                return token
+        elif constraint.viable(text.with_token(token)):
+            return token
+        model_choice = False
+    return None
 
 
-def _candidates(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator, need: int
-                ) -> torch.Tensor:
-    """Token ids in the order they would be chosen: by logit (greedy) or by a seeded draw (sampling)."""
+def _crop(past, length: int):
+    """The KV cache cut back to its first `length` positions, or None (rebuild it) where it cannot be cut."""
+    try:
+        if past is None or not hasattr(past, "crop") or not getattr(past, "is_croppable", True):
+            return None
+        remove = past.get_seq_length() - length
+        if remove > 0:
+            past.crop(-remove)  # a negative count removes that many positions (transformers 4.x and 5.x alike)
+        return past if past.get_seq_length() == length else None
+    except Exception:  # noqa: BLE001 - any cache this cannot cut is rebuilt from the kept tokens instead
+        return None
+
+
+def _model_choice(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> int:
+    """The token unconstrained decoding picks: the most likely (lowest id on ties), or one seeded draw."""
     if temperature <= 0:
-        # Stable, so ties go to the lowest id as with argmax: the batched greedy decoder picks the same token.
-        return torch.sort(logits, descending=True, stable=True).indices
+        return int(torch.argmax(logits))
+    return int(_sample_probs(logits, temperature, top_p).multinomial(1, generator=gen)[0])
+
+
+class _Choices:
+    """Candidate tokens at one position in the order the model would choose them, drawn lazily: first the
+    model's own choice (the same draw as unconstrained decoding, so an answer the constraint never repairs is
+    the same answer), then, only when asked, up to `limit - 1` fallbacks: the next most likely tokens, or
+    further seeded draws without replacement."""
+
+    def __init__(self, logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator, limit: int):
+        self.fresh = True
+        """Nothing has been taken yet: the next token is the model's own choice."""
+        self._tokens = self._draw(logits, temperature, top_p, gen, limit)
+
+    @staticmethod
+    def _draw(logits, temperature, top_p, gen, limit) -> Iterator[int]:
+        first = _model_choice(logits, temperature, top_p, gen)
+        yield first
+        if limit <= 1:
+            return
+        if temperature <= 0:
+            top = torch.topk(logits, min(limit, logits.numel())).indices.tolist()
+            yield from (t for t in top if t != first)
+            return
+        probs = _sample_probs(logits, temperature, top_p)
+        probs[first] = 0.0
+        n = int((probs > 0).sum())
+        if n:
+            yield from torch.multinomial(probs, num_samples=min(n, limit - 1), replacement=False,
+                                         generator=gen).tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        return self
+
+    def __next__(self) -> int:
+        token = next(self._tokens)
+        self.fresh = False
+        return token
+
+
+def _sample_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Sampling probabilities at `temperature`, zero outside the top-p nucleus."""
     probs = torch.softmax(logits / temperature, dim=-1)
     if top_p < 1.0:
         sorted_p, order = torch.sort(probs, descending=True)
@@ -350,6 +494,5 @@ def _candidates(logits: torch.Tensor, temperature: float, top_p: float, gen: tor
         mask = torch.zeros_like(probs, dtype=torch.bool)
         mask[order[keep]] = True
         probs = torch.where(mask, probs, torch.zeros_like(probs))
-    n = int((probs > 0).sum())
-    # Sampling without replacement gives the first draw plus fallbacks for the constraint, in one call.
-    return torch.multinomial(probs, num_samples=max(1, min(n, need)), replacement=False, generator=gen)
+    return probs
+

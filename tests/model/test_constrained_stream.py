@@ -1,0 +1,152 @@
+"""Constrained decoding streams as it decodes and only repairs: the model's own choices are kept while viable."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tests.conftest import build_tiny_chat_lm  # noqa: E402
+
+import mens.model.generate as generate_module  # noqa: E402
+from mens.model.generate import Constraint, stream_tokens  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny_chat_lm("llama")
+
+
+def _ids(tok) -> list[int]:
+    return tok("hello", add_special_tokens=False)["input_ids"]
+
+
+def _free(model, tok, **kw) -> tuple[str, list[int]]:
+    kept: list[int] = []
+    text = "".join(stream_tokens(model, tok, _ids(tok), on_token=kept.append, **kw))
+    return text, kept
+
+
+def _anything(**kw) -> Constraint:
+    return Constraint(viable=lambda t: True, complete=lambda t: True, **kw)
+
+
+def _stop_token(model, tok) -> int:
+    """A token the greedy answer reaches after a few steps: used as the stop token, so answers end early."""
+    _, kept = _free(model, tok, max_new_tokens=16, stop_ids=set())
+    return kept[6]
+
+
+@pytest.mark.parametrize("sampling", [{}, {"temperature": 1.0, "top_p": 0.9, "seed": 7}])
+def test_a_constraint_that_never_objects_changes_nothing(tiny, sampling):
+    model, tok = tiny
+    stop = _stop_token(model, tok)
+    free, free_ids = _free(model, tok, max_new_tokens=24, stop_ids={stop}, **sampling)
+    kept: list[int] = []
+    constrained = "".join(stream_tokens(model, tok, _ids(tok), max_new_tokens=24, stop_ids={stop},
+                                        constraint=_anything(), on_token=kept.append, **sampling))
+    assert constrained == free and kept == free_ids
+
+
+def test_the_constraint_repairs_only_where_the_model_choice_is_not_viable(tiny):
+    model, tok = tiny
+    free, ids = _free(model, tok, max_new_tokens=12, stop_ids=set())
+    banned = tok.decode(ids[:4])  # the model's 4th choice makes the text unviable
+    kept: list[int] = []
+    out = "".join(stream_tokens(model, tok, _ids(tok), max_new_tokens=12, stop_ids=set(), on_token=kept.append,
+                                constraint=Constraint(viable=lambda t: not t.startswith(banned),
+                                                      complete=lambda t: True)))
+    assert kept[:3] == ids[:3] and kept[3] != ids[3]  # kept as chosen up to the repair
+    assert out == tok.decode(kept) and not out.startswith(banned)
+
+
+def test_pieces_stream_as_tokens_are_decoded_a_lookahead_behind(tiny):
+    model, tok = tiny
+    steps = 0
+
+    def count_step() -> bool:  # called once before every model step
+        nonlocal steps
+        steps += 1
+        return False
+
+    reported, arrivals = [], []
+    for _piece in stream_tokens(model, tok, _ids(tok), max_new_tokens=20, stop_ids=set(), should_stop=count_step,
+                                on_token=lambda _t: reported.append(steps), constraint=_anything(lookahead=2)):
+        arrivals.append(steps)
+    assert steps == 20 and len(reported) == 20
+    # token i is final (and sent) at step i + 3: two more are held back in case a dead end takes them back
+    assert reported[:18] == list(range(3, 21)) and reported[18:] == [20, 20]
+    assert len(arrivals) >= 10 and sum(s < 20 for s in arrivals) >= len(arrivals) - 3
+
+
+def test_text_is_streamed_only_up_to_points_the_constraint_can_close(tiny):
+    """With `closing`, streamed text always has a known closing, so a later dead end never needs to take it back."""
+    model, tok = tiny
+    free, _ = _free(model, tok, max_new_tokens=12, stop_ids=set())
+    closable_upto = len(tok.decode(_free(model, tok, max_new_tokens=5, stop_ids=set())[1]))
+    seen = []
+
+    def closing(text: str) -> str | None:
+        seen.append(text)
+        return "." if len(text) <= closable_upto else None
+
+    pieces = list(stream_tokens(model, tok, _ids(tok), max_new_tokens=12, stop_ids=set(),
+                                constraint=Constraint(viable=lambda t: True, complete=lambda t: t.endswith("."),
+                                                      closing=closing, lookahead=1)))
+    streamed_before_end = "".join(pieces[:-1])
+    assert len(streamed_before_end) <= closable_upto and seen
+    # the token budget ran out on text that cannot be closed: the streamed text is closed, the rest dropped
+    assert "".join(pieces) == free[:closable_upto] + "."
+
+
+def test_a_model_that_stops_on_unfinished_text_is_closed_where_it_stopped(tiny):
+    model, tok = tiny
+    stop = _stop_token(model, tok)
+    free, _ = _free(model, tok, max_new_tokens=24, stop_ids={stop})
+    closes = Constraint(viable=lambda t: True, complete=lambda t: t.endswith("!!"), closing=lambda t: "!!")
+    assert "".join(stream_tokens(model, tok, _ids(tok), max_new_tokens=24, stop_ids={stop},
+                                 constraint=closes)) == free + "!!"
+    # where nothing closes the text the stop is refused and the model goes on
+    never = Constraint(viable=lambda t: True, complete=lambda t: False)
+    longer = "".join(stream_tokens(model, tok, _ids(tok), max_new_tokens=24, stop_ids={stop}, constraint=never))
+    assert longer.startswith(free) and len(longer) > len(free)
+
+
+def test_a_dead_end_takes_back_held_tokens_and_the_cache_follows(tiny, monkeypatch):
+    model, tok = tiny
+    _, ids = _free(model, tok, max_new_tokens=12, stop_ids=set())
+    trap = tok.decode(ids[:3])  # viable itself, but nothing may follow it: a dead end after the 3rd token
+
+    def viable(t: str) -> bool:
+        return t == trap or not t.startswith(trap)
+
+    def run() -> tuple[str, list[str]]:
+        pieces = list(stream_tokens(model, tok, _ids(tok), max_new_tokens=12, stop_ids=set(),
+                                    constraint=Constraint(viable=viable, complete=lambda t: True)))
+        return "".join(pieces), pieces
+
+    out, pieces = run()
+    assert out.startswith(tok.decode(ids[:2])) and not out.startswith(trap)
+    monkeypatch.setattr(generate_module, "_crop", lambda past, length: None)  # rebuild the cache instead
+    assert run() == (out, pieces)
+
+
+def test_constrained_sampling_is_reproducible_by_seed(tiny):
+    model, tok = tiny
+    c = Constraint(viable=lambda t: "0" not in t, complete=lambda t: True)
+    kw = dict(max_new_tokens=16, temperature=1.0, seed=3, stop_ids=set())
+    a = "".join(stream_tokens(model, tok, _ids(tok), constraint=c, **kw))
+    assert a == "".join(stream_tokens(model, tok, _ids(tok), constraint=c, **kw)) and "0" not in a
+
+
+def test_a_cropped_cache_gives_the_logits_of_a_fresh_forward(tiny):
+    model, tok = tiny
+    ids = _ids(tok) + [5, 6, 7, 8]
+    _, past = generate_module._last_logits(model, False, input_ids=torch.tensor([ids]), past_key_values=None)
+    past = generate_module._crop(past, len(ids) - 2)
+    assert past is not None and past.get_seq_length() == len(ids) - 2
+    cropped, _ = generate_module._last_logits(model, False, input_ids=torch.tensor([[9]]), past_key_values=past)
+    fresh, _ = generate_module._last_logits(model, False, input_ids=torch.tensor([ids[:-2] + [9]]),
+                                            past_key_values=None)
+    assert torch.allclose(cropped, fresh, atol=1e-5)
