@@ -15,7 +15,7 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
 class SearchingEngine:
     """Searches `steps` model steps of `delay_s` each, checking `request.cancelled` between them, then yields the
-    whole answer at once (as constrained decoding does)."""
+    whole answer at once (as constrained decoding can, while it holds back text it cannot close yet)."""
 
     model_id = "mens-fake"
     constrained_language = None
