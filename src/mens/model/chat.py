@@ -12,8 +12,6 @@ from mens.errors import UsageError
 from mens.model.generate import Constraint, chat_input_ids, stream_tokens
 from mens.model.inference import LoadedModel
 
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-
 
 class ChatSession:
     """`ask(text)` streams the model's answer to `text` given the conversation so far, then remembers both."""
@@ -30,12 +28,8 @@ class ChatSession:
 
     @property
     def context_length(self) -> int | None:
-        config = getattr(self.loaded.model, "config", None)
-        for name in CONTEXT_KEYS:
-            value = getattr(config, name, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return None
+        """The model's position limit from its config (None when the config names none)."""
+        return self.loaded.context_length
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The tokens the model sees for `messages`, with the trained system prompt first when they carry none."""

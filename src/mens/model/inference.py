@@ -15,6 +15,9 @@ from mens.errors import ModelError
 
 SYSTEM_PROMPT_FILE = "system_prompt.txt"
 
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+"""Config attributes that name a model's context length, in the order they are trusted."""
+
 
 @dataclass
 class LoadedModel:
@@ -24,6 +27,16 @@ class LoadedModel:
     model_id: str
     kind: str
     """"run" (base + adapter) or "model" (a merged or plain Hugging Face directory)."""
+
+    @property
+    def context_length(self) -> int | None:
+        """The model's position limit from its config (None when the config names none)."""
+        config = getattr(self.model, "config", None)
+        for name in CONTEXT_KEYS:
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
 
 
 def _read_json(path: Path) -> dict:

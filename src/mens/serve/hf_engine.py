@@ -10,8 +10,6 @@ from mens.model.generate import chat_input_ids, stream_tokens
 from mens.model.inference import LoadedModel
 from mens.serve.engine import GenerationRequest, Usage
 
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-"""Config attributes that name a model's context length, in the order they are trusted."""
 MIN_TEMPERATURE = 1e-6
 """A smaller temperature decodes greedily (logits / T would overflow float32)."""
 MIN_TOP_P = 1e-6
@@ -28,12 +26,7 @@ class HFEngine:
     @property
     def context_length(self) -> int | None:
         """The model's position limit from its config (None when the config names none)."""
-        config = getattr(self.loaded.model, "config", None)
-        for name in CONTEXT_KEYS:
-            value = getattr(config, name, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return None
+        return self.loaded.context_length
 
     def count_tokens(self, request: GenerationRequest) -> int:
         return len(self.prompt_ids(request))
