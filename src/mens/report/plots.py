@@ -115,17 +115,8 @@ def plot_before_after(files: RunFiles, out: Path, metric: str = "nonempty_parse_
     ax.set_xticks(xs)
     ax.set_xticklabels([f"{c}\n(n={(tuned.get(c) or base.get(c) or {}).get('tasks', '?')})" for c in cats],
                        rotation=0 if len(cats) <= 6 else 45, ha="center" if len(cats) <= 6 else "right")
-    ax.set_ylim(0, 1.18)
-    ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     label = _METRIC_LABELS.get(metric, metric.replace("_", " "))
-    ax.set_ylabel(label)
-    ax.set_title(f"{label} by bench category, before and after training")
-    ax.legend(handles=swatches, loc="upper left", fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save_rates(plt, fig, ax, out, label, f"{label} by bench category, before and after training", swatches)
 
 
 _METRIC_LABELS = {"nonempty_parse_rate": "non-empty parse rate", "pass_at_1": "task pass@1"}
@@ -150,10 +141,16 @@ def plot_modes(files: RunFiles, out: Path) -> Path | None:
                                        _METRIC_LABELS[metric]))
     ax.set_xticks(xs)
     ax.set_xticklabels([f"{r.model}\n{r.mode}\n(n={r.n})" for r in rows], fontsize=8)
+    return _save_rates(plt, fig, ax, out, "rate over held-out tasks",
+                       "Held-out bench: base model and tuned model by decoding mode", swatches)
+
+
+def _save_rates(plt, fig, ax, out: Path, ylabel: str, title: str, swatches: list) -> Path:
+    """The shared frame of a rate chart (0..1 with room for the bar labels, legend, grid), saved as PNG."""
     ax.set_ylim(0, 1.18)
     ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
-    ax.set_ylabel("rate over held-out tasks")
-    ax.set_title("Held-out bench: base model and tuned model by decoding mode")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(handles=swatches, loc="upper left", fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
