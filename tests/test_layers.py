@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "mens"
-SHARED = {"errors"}
+SHARED = {"errors", "run_records"}
 ALLOWED = {
     "lang": set(),
     "corpus": {"lang"},

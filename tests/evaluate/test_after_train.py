@@ -1,4 +1,4 @@
-"""`mens train --gate`: evaluate the run, check the gates, record the verdict in the manifest."""
+"""`mens train --gate`: evaluate the run, check the gates, record the verdict in the gate receipt."""
 
 from __future__ import annotations
 
@@ -19,20 +19,26 @@ def _bench(tmp_path):
     return str(bench)
 
 
-def test_gate_verdict_is_recorded_in_the_manifest(tmp_path, make_tiny_run):
+def _receipt(run) -> dict:
+    return json.loads((run / "gate_receipt.json").read_text())
+
+
+def test_gate_verdict_is_recorded_in_the_receipt_and_the_manifest_is_left_as_trained(tmp_path, make_tiny_run):
     _, run, _ = make_tiny_run("lora")
     passing = tmp_path / "pass.yaml"
     passing.write_text("min_parse_rate: 0.0\n")
+    manifest = (run / "training_manifest.json").read_bytes()
     verdict = gate_after_training(run, passing, bench=_bench(tmp_path), language="python", max_new_tokens=4,
                                   device="cpu")
     assert verdict["passed"] is True
-    assert json.loads((run / "training_manifest.json").read_text())["gate"]["passed"] is True
+    assert _receipt(run)["overall_passed"] is True and _receipt(run)["report"] == "benchmark_results.json"
     failing = tmp_path / "fail.yaml"
     failing.write_text("min_pass_at_1: 0.5\nmin_gain_over_base: 0.1\n")
     with pytest.raises(GateFailed, match="pass_at_1"):
         gate_after_training(run, failing, bench=_bench(tmp_path), language="python", max_new_tokens=4, device="cpu")
-    gate = json.loads((run / "training_manifest.json").read_text())["gate"]
-    assert gate["passed"] is False and "pass_at_1" in gate["reason"] and len(gate["gates"]) == 2
+    gate = _receipt(run)
+    assert gate["overall_passed"] is False and "pass_at_1" in gate["reason"] and len(gate["gates"]) == 2
+    assert (run / "training_manifest.json").read_bytes() == manifest
     assert "base" in json.loads((run / "benchmark_results.json").read_text())  # gain gate => base compared
 
 
@@ -48,9 +54,10 @@ def test_benchmark_from_the_environment_alone(tmp_path, make_tiny_run, monkeypat
     verdict = gate_after_training(run, None, bench=_bench(tmp_path), language="python", max_new_tokens=4,
                                   device="cpu")
     assert verdict["passed"] is True and verdict["gates"] == [] and (run / "benchmark_results.json").is_file()
+    assert _receipt(run)["policy"] == "none" and _receipt(run)["overall_passed"] is True
     monkeypatch.setenv("VOX_BENCHMARK_MIN_PASS_RATE", "0.5")
     monkeypatch.setenv("VOX_EVAL_STRICT", "0")
     verdict = gate_after_training(run, None, bench=_bench(tmp_path), language="python", max_new_tokens=4,
                                   device="cpu")
     assert verdict["passed"] is False and "not enforced" in verdict["reason"]
-    assert json.loads((run / "training_manifest.json").read_text())["gate"]["passed"] is False
+    assert _receipt(run)["overall_passed"] is False and _receipt(run)["enforced"] is False

@@ -30,8 +30,8 @@ def test_vox_benchmark_runs_the_gate_after_training(tmp_path, tiny_model_dir, da
             "--gate-limit", "1"]
     assert app(args=args, standalone_mode=False) == 0
     assert "gates not met" in capsys.readouterr().out
-    gate = json.loads((out / "training_manifest.json").read_text())["gate"]
-    assert gate["passed"] is False and gate["gates"][0]["gate"] == "min_pass_at_1"
+    gate = json.loads((out / "gate_receipt.json").read_text())
+    assert gate["overall_passed"] is False and gate["gates"][0]["gate"] == "min_pass_at_1"
     monkeypatch.setenv("VOX_EVAL_STRICT", "1")  # the same miss now blocks
     with pytest.raises(GateFailed, match="pass_at_1"):
         app(args=[*args[:4], str(tmp_path / "run2"), *args[5:]], standalone_mode=False)

@@ -77,7 +77,7 @@ def test_scheduler_file_cannot_set_other_attributes(tmp_path):
     sd = json.loads(scheduler_bytes(sched.state_dict()))
     sd["state"]["optimizer"] = "not an optimizer"  # LambdaLR.load_state_dict would set it as an attribute
     (tmp_path / "s.json").write_text(json.dumps(sd))
-    with pytest.raises(StateInvalid, match="not a mens.scheduler.v1 state"):
+    with pytest.raises(StateInvalid, match="not a vox_mens_scheduler_v1 state"):
         read_scheduler(tmp_path / "s.json", sched)
     sd["state"].pop("optimizer")
     sd["state"]["last_epoch"] = "3"

@@ -19,10 +19,11 @@ def gate(
 ) -> int:
     """Check a run's benchmark against promotion gates; exit 1 with a one-line reason when one fails."""
     from mens.evaluate.gates import check_gates, summary_lines
+    from mens.run_records import GATE_RECEIPT
 
     for line in summary_lines(check_gates(run, gates)):
         typer.echo(line)
-    typer.echo(f"receipt: {run / 'gate_receipt.json'}")
+    typer.echo(f"receipt: {run / GATE_RECEIPT}")
     return 0
 
 

@@ -52,6 +52,7 @@ def dogfood(
     """Run the whole pipeline on the embedded Vox corpus: data, held-out bench, base eval, train, eval, gate,
     merge, model card and report."""
     from mens.dogfood import DogfoodConfig, run_dogfood
+    from mens.run_records import DOGFOOD_SUMMARY
     from mens.train.resolve import flags_layer, merge, parse_overrides
 
     overrides = merge(flags_layer({"backend": backend, "preset": preset, "epochs": epochs, "max_steps": max_steps,
@@ -71,7 +72,7 @@ def dogfood(
     typer.echo(f"gate: {gate_verdict(s['gate'], enforced=cfg.gate_enforced)}; "
                f"{s['total_stage_seconds']:.0f} s in stages")
     typer.echo(f"card {s['card']}\nreport {s['report']}\nmerged {s['merged']}")
-    typer.echo(f"summary {output_dir / 'dogfood_summary.json'}")
+    typer.echo(f"summary {output_dir / DOGFOOD_SUMMARY}")
     return 0
 
 

@@ -26,6 +26,7 @@ def export(
         raise UsageError("choose what to export: --gguf (a GGUF file for llama.cpp and Ollama); for vLLM and "
                          "transformers use `mens merge RUN -o DIR`")
     from mens.merge.gguf import export_gguf
+    from mens.run_records import SERVING
 
     result = export_gguf(source, output, quant=quant, progress=lambda msg: typer.echo(msg, err=True))
     typer.echo(f"wrote {result.gguf}")
@@ -34,5 +35,5 @@ def export(
                    f"-f Modelfile && ollama run {result.name}")
     else:
         typer.echo(result.note)
-    typer.echo(f"ready commands: {result.out_dir / 'serving.json'}")
+    typer.echo(f"ready commands: {result.out_dir / SERVING}")
     return 0

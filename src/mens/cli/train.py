@@ -67,7 +67,7 @@ def train(values: dict) -> int:
             verdict = gate_after_training(Path(cfg.output_dir), own["gate"], bench=own["gate_bench"],
                                           limit=own["gate_limit"], device=cfg.device)
             state = "passed" if verdict["passed"] else f"not met ({verdict['reason']})"
-            typer.echo(f"gates {state} ({len(verdict['gates'])}); verdict recorded in training_manifest.json")
+            typer.echo(f"gates {state} ({len(verdict['gates'])}); verdict recorded in gate_receipt.json")
     return 0
 
 

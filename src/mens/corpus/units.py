@@ -1,4 +1,4 @@
-"""The extract record (`units.jsonl`, schema `mens_unit_v1`): one program, declaration or doc block.
+"""The extract record (`units.jsonl`, schema `vox_mens_unit_v1`): one program, declaration or doc block.
 
 A unit is raw material, not a training row: `mens corpus validate` checks it and `mens corpus pairs` turns
 it into prompts and responses. Run: `mens corpus extract PATH -o units.jsonl`.
@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-UNIT_SCHEMA_VERSION = "mens_unit_v1"
+UNIT_SCHEMA_VERSION = "vox_mens_unit_v1"
 UnitKind = Literal["file", "decl", "anchor", "doc_block"]
 
 

@@ -9,7 +9,6 @@ listed with the task it collides with, so the split can be audited. No torch.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from mens.corpus.jsonl import read_objects, write_jsonl
 from mens.corpus.normalize import code_in_response, normalize_code
 from mens.corpus.records import BadLine, codegen_row
 from mens.evaluate.bench import BenchTask, load_bench, load_references
+from mens.run_records import HeldoutSplit, write_json
 
 PROMPT_NEAR_DUP = 0.5
 """Word 3-gram Jaccard at or above which a training prompt counts as a copy of a held-out prompt."""
@@ -53,11 +53,11 @@ class SplitReport:
     """The highest prompt similarity among the pairs that were kept (below the threshold by construction)."""
 
     def to_json(self) -> dict:
-        return {"schema": "mens_heldout_split_v1", "rows_in": self.rows_in, "kept": self.kept,
-                "dropped": len(self.dropped), "heldout_tasks": self.heldout_tasks,
-                "reference_answers": self.references, "prompt_near_dup_threshold": PROMPT_NEAR_DUP,
-                "max_kept_prompt_similarity": round(self.max_prompt_similarity, 4),
-                "dropped_rows": self.dropped}
+        return HeldoutSplit(rows_in=self.rows_in, kept=self.kept, dropped=len(self.dropped),
+                            heldout_tasks=self.heldout_tasks, reference_answers=self.references,
+                            prompt_near_dup_threshold=PROMPT_NEAR_DUP,
+                            max_kept_prompt_similarity=round(self.max_prompt_similarity, 4),
+                            dropped_rows=self.dropped).to_json()
 
 
 def heldout_tasks(bench: str | None, split: str) -> tuple[list[BenchTask], dict[str, str]]:
@@ -122,5 +122,5 @@ def split_training_data(mixed: Path, out: Path, bench: str | None, split: str, b
     write_jsonl(bench_out.with_name(f"{bench_out.stem}_reference.jsonl"),
                 [{"id": tid, "answer": code} for tid, code in refs.items()])
     write_jsonl(out, kept)
-    report_out.write_text(json.dumps(rep.to_json(), indent=2) + "\n", encoding="utf-8")
+    write_json(report_out, rep.to_json())
     return rep

@@ -17,9 +17,24 @@ from importlib import resources
 from pathlib import Path
 
 from mens.errors import GateFailed, UsageError
+from mens.run_records import (
+    BENCHMARK,
+    DOGFOOD_STATE,
+    DOGFOOD_SUMMARY,
+    GATE_RECEIPT,
+    MERGE_PARITY,
+    MODEL_CARD,
+    REPORT,
+    BenchmarkResults,
+    DogfoodSummary,
+    GateReceipt,
+    MergeParity,
+    read_json,
+    write_json,
+)
 
-STATE = "dogfood_state.json"
-SUMMARY = "dogfood_summary.json"
+STATE = DOGFOOD_STATE
+SUMMARY = DOGFOOD_SUMMARY
 SHORT_SYSTEM_PROMPT = "You are an expert Vox programmer. Answer with valid, current Vox code only."
 """The first line of the packaged prompt. The full one is ~270 tokens, four times a typical pair: on CPU it
 would cost most of the training time and teaches a 135M base little; dogfood trains, evaluates and serves
@@ -177,10 +192,13 @@ class Pipeline:
 
     def _state(self) -> dict:
         p = self.ctx.path(STATE)
-        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+        state = read_json(p) if p.is_file() else {}
+        if not isinstance(state, dict):
+            raise UsageError(f"{p}: expected a JSON object (the stage record); remove it or choose a new --output-dir")
+        return state
 
     def _save(self, state: dict) -> None:
-        self.ctx.path(STATE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        write_json(self.ctx.path(STATE), state)
 
     def prepare(self) -> dict:
         out = self.cfg.output_dir
@@ -238,27 +256,28 @@ class Pipeline:
 
     def summary(self, state: dict, seconds: float) -> dict:
         """dogfood_summary.json: the headline numbers from the run's own files, and the stage times."""
-        bench = _read(self.ctx.run / "benchmark_results.json")
-        modes = bench.get("modes", {})
-        out = {
-            "schema": "mens_dogfood_summary_v1", "output_dir": str(self.cfg.output_dir),
-            "wall_time_s_this_session": round(seconds, 1),
-            "stage_seconds": {k: v.get("seconds") for k, v in state["stages"].items()},
-            "total_stage_seconds": round(sum(v.get("seconds") or 0 for v in state["stages"].values()), 1),
-            "base": {k: bench.get("base", {}).get("metrics", {}).get(k) for k in ("nonempty_parse_rate", "pass_at_1")},
-            "tuned": {m: {k: v.get(k) for k in ("nonempty_parse_rate", "pass_at_1", "pass_at_k")}
-                      for m, v in modes.items()},
-            "gain_over_base": bench.get("metrics", {}).get("gain_over_base"),
-            "round1": ({m: {k: v.get(k) for k in ("nonempty_parse_rate", "pass_at_1")} for m, v in
-                        _read(self.ctx.path("run", "benchmark_results.json")).get("modes", {}).items()}
-                       if self.cfg.rounds == 2 else None),
-            "gate": _read(self.ctx.run / "gate_receipt.json").get("overall_passed"),
-            "merge_parity": {k: {"tasks": v.get("tasks"), "same_result": v.get("same_result")}
-                             for k, v in _read(self.ctx.run / "merge_parity.json").items() if isinstance(v, dict)},
-            "run": str(self.ctx.run), "merged": str(self.ctx.path("merged")),
-            "card": str(self.ctx.run / "README.md"), "report": str(self.ctx.run / "report.html"),
-        }
-        self.ctx.path(SUMMARY).write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+        bench = BenchmarkResults.read_optional(self.ctx.run / BENCHMARK) or BenchmarkResults()
+        round1 = BenchmarkResults.read_optional(self.ctx.path("run", BENCHMARK)) if self.cfg.rounds == 2 else None
+        receipt = GateReceipt.read_optional(self.ctx.run / GATE_RECEIPT)
+        parity = MergeParity.read_optional(self.ctx.run / MERGE_PARITY)
+        out = DogfoodSummary(
+            output_dir=str(self.cfg.output_dir), run=str(self.ctx.run),
+            wall_time_s_this_session=round(seconds, 1),
+            stage_seconds={k: v.get("seconds") for k, v in state["stages"].items()},
+            total_stage_seconds=round(sum(v.get("seconds") or 0 for v in state["stages"].values()), 1),
+            base={k: (bench.base or {}).get("metrics", {}).get(k) for k in ("nonempty_parse_rate", "pass_at_1")},
+            tuned={m: {k: v.get(k) for k in ("nonempty_parse_rate", "pass_at_1", "pass_at_k")}
+                   for m, v in bench.modes.items()},
+            gain_over_base=bench.metrics.get("gain_over_base"),
+            round1=({m: {k: v.get(k) for k in ("nonempty_parse_rate", "pass_at_1")} for m, v in round1.modes.items()}
+                    if round1 else None),
+            gate=receipt.overall_passed if receipt else None,
+            merge_parity={k: {"tasks": v.get("tasks"), "same_result": v.get("same_result")}
+                          for k, v in (parity.to_json() if parity else {}).items() if isinstance(v, dict)},
+            merged=str(self.ctx.path("merged")), card=str(self.ctx.run / MODEL_CARD),
+            report=str(self.ctx.run / REPORT),
+        ).to_json()
+        write_json(self.ctx.path(SUMMARY), out)
         return out
 
 
@@ -266,10 +285,6 @@ def _config_json(cfg: DogfoodConfig) -> dict:
     d = asdict(cfg)
     d.pop("resume")  # how the run was started, not what it computes
     return json.loads(json.dumps(d, default=str))
-
-
-def _read(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def _stderr(line: str) -> None:

@@ -11,7 +11,7 @@ Gate file (all keys optional; a missing key is no gate):
 Environment variables override the file: MENS_EVAL_MIN_PARSE_RATE, MENS_EVAL_MIN_COVERAGE,
 MENS_EVAL_MIN_PASS_AT_1, MENS_EVAL_MIN_PASS_AT_K, MENS_EVAL_MIN_GAIN (the original's VOX_EVAL_* names
 are accepted too, and its VOX_BENCHMARK_MIN_PASS_RATE sets min_pass_at_1). `check_gates` writes
-`gate_receipt.json` and raises GateFailed with a one-line reason.
+`gate_receipt.json` (mens.run_records.GateReceipt) and raises GateFailed with a one-line reason.
 
 MENS_EVAL_STRICT / VOX_EVAL_STRICT = 0 makes the gates warn-only: the receipt records the misses with
 `block: false` and nothing is raised. Unset means strict in mens; the original's legacy gate was warn-only
@@ -20,7 +20,6 @@ unless VOX_EVAL_STRICT=1, but a promotion gate that does not block by default is
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from mens.errors import ConfigError, DataError, GateFailed
+from mens.run_records import BENCHMARK, GATE_RECEIPT, BenchmarkResults, GateReceipt
 
 # gate key -> (metric key in benchmark_results.json "metrics", environment variable suffix)
 GATES = {
@@ -38,7 +38,6 @@ GATES = {
     "min_pass_at_k": ("pass_at_k", "MIN_PASS_AT_K"),
     "min_gain_over_base": ("gain_over_base", "MIN_GAIN"),
 }
-RECEIPT_SCHEMA = "vox_mens_gate_receipt_v1"
 ALIASES = {"VOX_BENCHMARK_MIN_PASS_RATE": "min_pass_at_1"}
 """The original's other names for a threshold (its post-train benchmark gate's minimum pass rate)."""
 STRICT_VARIABLES = ("VOX_EVAL_STRICT", "MENS_EVAL_STRICT")
@@ -115,34 +114,42 @@ def evaluate_gates(metrics: dict, thresholds: dict[str, float], source: str) -> 
 def check_gates(run_dir: str | Path, gate_file: str | Path | None = None, env: dict[str, str] | None = None
                 ) -> list[GateResult]:
     """Check the run's benchmark results against the gates; write gate_receipt.json; raise GateFailed on a miss
-    (unless the gates are warn-only: then the caller finds the misses in the results)."""
+    (unless the gates are warn-only: then the caller finds the misses in the results and the receipt's reason)."""
     run = Path(run_dir)
-    bench = run / "benchmark_results.json"
+    bench = run / BENCHMARK
     if not bench.is_file():
         raise DataError(f"{bench} not found; run `mens eval-local {run} --bench ...` before `mens gate`")
-    try:
-        report = json.loads(bench.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataError(f"{bench}:{e.lineno}: malformed JSON: {e.msg}") from None
+    report = BenchmarkResults.read(bench)
     thresholds = load_gate_thresholds(gate_file, env)
     if not thresholds:
         raise ConfigError("no gates configured: pass --gates FILE or set MENS_EVAL_MIN_PARSE_RATE (and friends)")
     strict = gates_strict(env)
-    results = evaluate_gates(report.get("metrics", {}), thresholds, bench.name)
-    overall = all(r.passed for r in results)
+    results = evaluate_gates(report.metrics, thresholds, bench.name)
+    failed = [r for r in results if not r.passed]
+    reason = None
+    if failed:
+        extra = f" (+{len(failed) - 1} more gate(s) failed)" if len(failed) > 1 else ""
+        missed = ", ".join(r.gate for r in failed)
+        reason = f"{describe(failed[0])}{extra}" if strict else f"not enforced: {missed} not met"
     # The original's receipt fields (name, passed, block, message, run_dir, policy, timestamp_unix) plus mens's
     # threshold, value and source on each gate.
-    receipt = {"schema": RECEIPT_SCHEMA, "timestamp_unix": int(time.time()), "run_dir": str(run.resolve()),
-               "policy": str(gate_file) if gate_file is not None else "environment", "overall_passed": overall,
-               "enforced": strict,
-               "gates": [{"name": r.gate, "passed": r.passed, "block": strict, "message": describe(r), **asdict(r)}
-                         for r in results]}
-    (run / "gate_receipt.json").write_text(json.dumps(receipt, indent=2) + "\n", encoding="utf-8")
-    failed = [r for r in results if not r.passed]
+    GateReceipt(timestamp_unix=int(time.time()), run_dir=str(run.resolve()),
+                policy=str(gate_file) if gate_file is not None else "environment", overall_passed=not failed,
+                enforced=strict, report=bench.name, reason=reason,
+                gates=[{"name": r.gate, "passed": r.passed, "block": strict, "message": describe(r), **asdict(r)}
+                       for r in results]).write(run / GATE_RECEIPT)
     if failed and strict:
-        extra = f" (+{len(failed) - 1} more gate(s) failed)" if len(failed) > 1 else ""
-        raise GateFailed(f"{describe(failed[0])}{extra}")
+        raise GateFailed(reason)
     return results
+
+
+def no_gates_receipt(run_dir: str | Path, reason: str, env: dict[str, str] | None = None) -> GateReceipt:
+    """The receipt of a benchmark run without thresholds (`mens train` with VOX_BENCHMARK=1 alone): no gate, passed."""
+    run = Path(run_dir)
+    receipt = GateReceipt(timestamp_unix=int(time.time()), run_dir=str(run.resolve()), policy="none",
+                          overall_passed=True, enforced=gates_strict(env), report=BENCHMARK, reason=reason)
+    receipt.write(run / GATE_RECEIPT)
+    return receipt
 
 
 def describe(result: GateResult) -> str:

@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mens.errors import ModelError, UsageError
-from mens.merge.handoff import chat_template_family, ollama_modelfile, write_gguf_handoff
+from mens.errors import DataError, ModelError, UsageError
+from mens.merge.handoff import HANDOFF_FILE, chat_template_family, ollama_modelfile, write_gguf_handoff
 from mens.model.embedded import cache_root
-from mens.model.inference import SYSTEM_PROMPT_FILE
+from mens.run_records import ADAPTER_CONFIG, MANIFEST, SERVING, SYSTEM_PROMPT, TrainingManifest, read_json
 
 QUANTS = ("f16", "q8_0", "q4_k_m")
 CONVERTER = "convert_hf_to_gguf.py"
@@ -244,22 +244,24 @@ def quantize(src: Path, dst: Path, quant: str = "q4_k_m", *, progress: Progress 
 
 def _model_name(source: Path, merged: Path) -> str:
     """The name a served model goes by: the run's directory name, else what the merged dir's serving.json says."""
-    serving = merged / "serving.json"
+    serving = merged / SERVING
     if serving.is_file():
         try:
-            name = json.loads(serving.read_text(encoding="utf-8")).get("name")
-            if isinstance(name, str) and name:
-                return name
-        except json.JSONDecodeError:
-            pass
+            doc = read_json(serving)
+        except DataError:  # only a name: an unreadable serving.json falls back to the directory's
+            doc = None
+        name = doc.get("name") if isinstance(doc, dict) else None
+        if isinstance(name, str) and name:
+            return name
     return source.name
 
 
 def _stops(model_dir: Path) -> list[str]:
     """Stop strings: those `mens merge` recorded in serving.json, else the EOS tokens of generation_config.json."""
-    serving = model_dir / "serving.json"
+    serving = model_dir / SERVING
     if serving.is_file():
-        stops = json.loads(serving.read_text(encoding="utf-8")).get("stop")
+        doc = read_json(serving)
+        stops = doc.get("stop") if isinstance(doc, dict) else None
         if isinstance(stops, list) and stops:
             return [str(s) for s in stops]
     from transformers import AutoTokenizer, GenerationConfig
@@ -283,7 +285,7 @@ def export_gguf(source: str | Path, out: str | Path | None = None, *, quant: str
     if not src.is_dir():
         raise UsageError(f"{src}: no such directory; pass a run directory (`mens train`) or a merged model "
                          "directory (`mens merge -o`)")
-    is_run = (src / "adapter_config.json").is_file() or (src / "training_manifest.json").is_file()
+    is_run = (src / ADAPTER_CONFIG).is_file() or (src / MANIFEST).is_file()
     if not is_run:
         check_convertible(src)
     out_dir = Path(out) if out is not None else src.with_name(f"{src.name}-gguf-{quant}")
@@ -326,7 +328,7 @@ def export_gguf(source: str | Path, out: str | Path | None = None, *, quant: str
         if modelfile:
             (tmp / "Modelfile").write_text(modelfile, encoding="utf-8")
         if system_prompt:
-            (tmp / SYSTEM_PROMPT_FILE).write_text(system_prompt, encoding="utf-8")
+            (tmp / SYSTEM_PROMPT).write_text(system_prompt, encoding="utf-8")
         if is_run:
             shutil.rmtree(tmp / "merged")
         if out_dir.exists():
@@ -353,19 +355,18 @@ def _chat_template(model_dir: Path) -> str | None:
 
 
 def _system_prompt(model_dir: Path) -> str | None:
-    path = model_dir / SYSTEM_PROMPT_FILE
+    path = model_dir / SYSTEM_PROMPT
     return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def _base_model(source: Path, where: Path) -> str:
     """The base model a hand-off names: the run's manifest, the merged dir's hand-off, else the directory itself."""
-    for path, key in ((where / "training_manifest.json", "base_model_path"),
-                      (where / "external_serving_handoff_v1.json", "base_model")):
-        if path.is_file():
-            value = json.loads(path.read_text(encoding="utf-8")).get(key)
-            if isinstance(value, str) and value:
-                return value
-    return str(source)
+    manifest = TrainingManifest.read_optional(where / MANIFEST)
+    if manifest is not None and manifest.base_model_path:
+        return manifest.base_model_path
+    handoff = read_json(where / HANDOFF_FILE) if (where / HANDOFF_FILE).is_file() else None
+    value = handoff.get("base_model") if isinstance(handoff, dict) else None
+    return value if isinstance(value, str) and value else str(source)
 
 
 def gguf_greedy(model, prompt_ids: list[int], *, max_new_tokens: int, stop_ids: set[int]) -> list[int]:

@@ -3,12 +3,14 @@ an Ollama Modelfile whose template and stops match training."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from mens.run_records import HANDOFF, SERVING, write_json
+
 HANDOFF_SCHEMA = "vox_external_serving_handoff_v1"
-HANDOFF_FILE = "external_serving_handoff_v1.json"
-SERVING_FILE = "serving.json"
+"""The original's hand-off id (its JSON schema fixes it), not a mens record id."""
+HANDOFF_FILE = HANDOFF
+SERVING_FILE = SERVING
 
 # Ollama's TEMPLATE is a Go template, not the tokenizer's Jinja, so each chat format is written out once here, for
 # the families whose Jinja template is fixed text (the others differ from model to model and are refused). Ollama
@@ -106,10 +108,8 @@ def write_handoff(out: Path, *, name: str, base_model: str, run_dir: Path | None
         "notes": "The merged directory loads with plain transformers; its chat template adds the training system "
                  f"prompt when a request has none. Ready commands and stop strings: {out / SERVING_FILE}.",
     }
-    path = out / HANDOFF_FILE
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    serving = {"name": name, "stop": stops, "commands": commands}
-    (out / SERVING_FILE).write_text(json.dumps(serving, indent=2) + "\n", encoding="utf-8")
+    path = write_json(out / HANDOFF_FILE, doc)
+    write_json(out / SERVING, {"name": name, "stop": stops, "commands": commands})
     return path
 
 
@@ -138,8 +138,6 @@ def write_gguf_handoff(out: Path, *, name: str, gguf: Path, base_model: str, mod
         "notes": "A GGUF file for llama.cpp and Ollama; its chat template adds the training system prompt when a "
                  f"request has none (llama.cpp: pass --jinja). Ready commands and stop strings: {out / SERVING_FILE}.",
     }
-    path = out / HANDOFF_FILE
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    serving = {"name": name, "gguf": str(gguf), "stop": stops, "commands": commands}
-    (out / SERVING_FILE).write_text(json.dumps(serving, indent=2) + "\n", encoding="utf-8")
+    path = write_json(out / HANDOFF_FILE, doc)
+    write_json(out / SERVING, {"name": name, "gguf": str(gguf), "stop": stops, "commands": commands})
     return path

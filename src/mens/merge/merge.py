@@ -8,17 +8,17 @@ the same serving files. The result is a plain Hugging Face directory that loads 
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from mens.errors import ModelError, UsageError
 from mens.merge.handoff import chat_template_family, ollama_modelfile, write_handoff
 from mens.model.chat_template import save_tokenizer
-from mens.model.inference import SYSTEM_PROMPT_FILE, resolve_base
+from mens.model.inference import resolve_base
 from mens.model.load import weights_sha256
 from mens.model.lora import ADAPTER_FILES
 from mens.model.quant import nf4_config
+from mens.run_records import ADAPTER_CONFIG, MANIFEST, SYSTEM_PROMPT, TrainingManifest, read_json
 
 
 def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool = True) -> Path:
@@ -34,19 +34,20 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     missing = [f for f in ADAPTER_FILES if not (run / f).is_file()]
     if missing and not full:
         raise ModelError(f"{run}: no adapter to merge (missing {', '.join(missing)}) and no full fine-tuned "
-                         "weights (model*.safetensors with backend 'full' in training_manifest.json); pass a run "
+                         f"weights (model*.safetensors with backend 'full' in {MANIFEST}); pass a run "
                          "directory written by `mens train`")
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"target {out} exists and is not empty; choose another -o or remove it first")
     if full:  # the run's own weights are the model: exported as they are, with the same serving files
         manifest, base_dir = full_manifest, run
         model = AutoModelForCausalLM.from_pretrained(run, dtype=torch.float32)
-        base_model, adapter_dir, rank = str(manifest.get("base_model") or run), None, None
+        base_model, adapter_dir, rank = str(manifest.base_model or run), None, None
     else:
         base_dir, manifest = resolve_base(run)
         model = _merged_adapter_model(run, base_dir, manifest, check_sha)
         base_model, adapter_dir = str(base_dir), run
-        rank = json.loads((run / "adapter_config.json").read_text(encoding="utf-8")).get("r")
+        adapter_cfg = read_json(run / ADAPTER_CONFIG)
+        rank = adapter_cfg.get("r") if isinstance(adapter_cfg, dict) else None
     tokenizer = AutoTokenizer.from_pretrained(run if (run / "tokenizer_config.json").is_file() else base_dir)
 
     tmp = out.with_name(out.name + ".tmp-merge")
@@ -55,19 +56,19 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     if getattr(model.config, "quantization_config", None) is not None:
         del model.config.quantization_config
     model.save_pretrained(tmp, safe_serialization=True, max_shard_size="2GB")
-    save_tokenizer(tokenizer, tmp, manifest.get("system_prompt"))  # the trained prompt is the default
+    save_tokenizer(tokenizer, tmp, manifest.system_prompt)  # the trained prompt is the default
     stops = sorted(stop_token_ids(tokenizer, model))
     gen = GenerationConfig(eos_token_id=stops if len(stops) > 1 else stops[0], do_sample=False,
                            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0],
                            bos_token_id=getattr(model.config, "bos_token_id", None))
     gen.save_pretrained(tmp)
     stop_strings = [tokenizer.convert_ids_to_tokens(i) for i in stops]
-    system_prompt = manifest.get("system_prompt")
+    system_prompt = manifest.system_prompt
     modelfile = ollama_modelfile(getattr(tokenizer, "chat_template", None), system_prompt, stop_strings)
     if modelfile:
         (tmp / "Modelfile").write_text(modelfile, encoding="utf-8")
     if system_prompt:  # serve and eval-local use the same prompt as training
-        (tmp / SYSTEM_PROMPT_FILE).write_text(system_prompt, encoding="utf-8")
+        (tmp / SYSTEM_PROMPT).write_text(system_prompt, encoding="utf-8")
     if out.exists():
         out.rmdir()  # empty: checked above
     tmp.replace(out)
@@ -77,31 +78,28 @@ def merge_adapter(run_dir: str | Path, out_dir: str | Path, *, check_sha: bool =
     return out
 
 
-def _full_run_manifest(run: Path) -> dict | None:
-    """The manifest of a full fine-tuning run (backend "full", its own weights beside it), else None."""
-    path = run / "training_manifest.json"
-    if not path.is_file() or not any(run.glob("model*.safetensors")):
+def _full_run_manifest(run: Path) -> TrainingManifest | None:
+    """The manifest of a full fine-tuning run (backend "full", its own weights beside it), else None; a manifest
+    mens cannot read is a DataError (an adapter run's would fail in resolve_base the same way)."""
+    if not any(run.glob("model*.safetensors")):
         return None
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return None
-    return manifest if isinstance(manifest, dict) and manifest.get("backend") == "full" else None
+    manifest = TrainingManifest.read_optional(run / MANIFEST)
+    return manifest if manifest is not None and manifest.backend == "full" else None
 
 
-def _merged_adapter_model(run: Path, base_dir: Path, manifest: dict, check_sha: bool):
+def _merged_adapter_model(run: Path, base_dir: Path, manifest: TrainingManifest, check_sha: bool):
     """The base (dequantized NF4 for QLoRA runs) with the run's adapter folded in, in float32."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    want_sha = manifest.get("base_weights_sha256")
+    want_sha = manifest.base_weights_sha256
     if check_sha and want_sha:
         got = weights_sha256(base_dir)
         if got != want_sha:
             raise ModelError(f"base weights in {base_dir} have sha256 {got[:12]}…, but the run was trained on "
                              f"{want_sha[:12]}…; merge against the exact base the run used")
-    qlora = manifest.get("backend") == "qlora"
+    qlora = manifest.backend == "qlora"
     kwargs: dict = {"dtype": torch.float32}
     if qlora:
         kwargs["quantization_config"] = nf4_config("cpu")  # as the run loaded it; f32 compute on CPU

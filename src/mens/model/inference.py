@@ -7,13 +7,13 @@ served is what was trained. The system prompt travels with the model: `training_
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from mens.errors import ModelError
+from mens.run_records import ADAPTER_CONFIG, MANIFEST, SYSTEM_PROMPT, TrainingManifest, read_json
 
-SYSTEM_PROMPT_FILE = "system_prompt.txt"
+SYSTEM_PROMPT_FILE = SYSTEM_PROMPT  # the name merge, export and publish import from here
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 """Config attributes that name a model's context length, in the order they are trusted."""
@@ -39,17 +39,15 @@ class LoadedModel:
         return None
 
 
-def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
-def resolve_base(run: Path) -> tuple[Path, dict]:
-    """The local base model directory of a run, and the run's manifest."""
-    manifest = _read_json(run / "training_manifest.json")
-    adapter_cfg = _read_json(run / "adapter_config.json")
-    base = manifest.get("base_model_path") or adapter_cfg.get("base_model_name_or_path")
+def resolve_base(run: Path) -> tuple[Path, TrainingManifest]:
+    """The local base model directory of a run, and the run's manifest (empty when the run has none: an adapter
+    directory from another tool)."""
+    manifest = TrainingManifest.read_optional(run / MANIFEST) or TrainingManifest()
+    adapter_cfg = read_json(run / ADAPTER_CONFIG) if (run / ADAPTER_CONFIG).is_file() else {}
+    base = manifest.base_model_path or (adapter_cfg.get("base_model_name_or_path") if isinstance(adapter_cfg, dict)
+                                        else None)
     if not base:
-        raise ModelError(f"{run}: neither training_manifest.json nor adapter_config.json names the base model")
+        raise ModelError(f"{run}: neither {MANIFEST} nor {ADAPTER_CONFIG} names the base model")
     base_dir = Path(base)
     if not (base_dir / "config.json").is_file():
         raise ModelError(f"base model {base} (from {run}) is not a local model directory with config.json; "
@@ -74,12 +72,12 @@ def load_for_inference(path: str | Path, *, device: str = "auto") -> LoadedModel
 
     p = Path(path)
     dev = _device(device)
-    if (p / "adapter_config.json").is_file():
+    if (p / ADAPTER_CONFIG).is_file():
         from peft import PeftModel
 
         base_dir, manifest = resolve_base(p)
         kwargs: dict = {"dtype": torch.bfloat16 if dev == "cuda" else torch.float32}
-        if manifest.get("backend") == "qlora":
+        if manifest.backend == "qlora":
             kwargs["quantization_config"] = nf4_config(dev)  # the training config: served = trained
             kwargs["device_map"] = dev
         base = AutoModelForCausalLM.from_pretrained(base_dir, **kwargs)
@@ -88,7 +86,7 @@ def load_for_inference(path: str | Path, *, device: str = "auto") -> LoadedModel
         model = PeftModel.from_pretrained(base, p)
         tok_dir = p if (p / "tokenizer_config.json").is_file() else base_dir
         tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-        return LoadedModel(model.eval(), tokenizer, manifest.get("system_prompt"), p.name, "run")
+        return LoadedModel(model.eval(), tokenizer, manifest.system_prompt, p.name, "run")
     if (p / "config.json").is_file():
         model = AutoModelForCausalLM.from_pretrained(p, dtype=torch.bfloat16 if dev == "cuda" else torch.float32)
         model.to(dev)

@@ -14,6 +14,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mens.report.runfiles import as_manifest
+from mens.run_records import TrainingManifest
+
 _CACHE_DIR = re.compile(r"^models--([A-Za-z0-9][\w.-]*)--([\w.-]+)$")
 
 
@@ -147,13 +150,15 @@ def _embedded_license(name: str) -> str | None:
     return value or None
 
 
-def base_model_info(manifest: dict, *, allow_network: bool = False) -> BaseModelInfo:
-    """Hub id and licence of the run's base model (see the module docstring for where each comes from)."""
+def base_model_info(manifest: TrainingManifest | dict, *, allow_network: bool = False) -> BaseModelInfo:
+    """Hub id and licence of the run's base model (see the module docstring for where each comes from).
+    `manifest`: the run's TrainingManifest, or a dict with its fields."""
     from mens.model.embedded import EMBEDDED
 
-    cfg = manifest.get("config") or {}
-    named = str(manifest.get("base_model_id") or manifest.get("base_model") or cfg.get("model") or "")
-    local = manifest.get("base_model_path")
+    manifest = as_manifest(manifest)
+    cfg = manifest.config
+    named = str(manifest.base_model_id or manifest.base_model or cfg.get("model") or "")
+    local = manifest.base_model_path
     embedded = next((k for k in (cfg.get("model"), named) if k in EMBEDDED), None) or next(
         (k for k, v in EMBEDDED.items() if v[2] == named), None)
     notes: list[str] = []

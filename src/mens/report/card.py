@@ -17,8 +17,27 @@ from pathlib import Path
 from mens.evaluate.passk import wilson_interval
 from mens.model.lora import has_adapter
 from mens.report.base_model import BaseModelInfo, base_model_info, is_hub_id
-from mens.report.facts import hyperparameters, num, rate, sample_answers, score_rows, training_numbers
+from mens.report.facts import (
+    hyperparameters,
+    num,
+    rate,
+    sample_answers,
+    score_rows,
+    served_vs_merged,
+    training_numbers,
+)
 from mens.report.runfiles import RunFiles, read_run
+from mens.run_records import (
+    GATE_RECEIPT,
+    HELDOUT_SPLIT,
+    MERGE_PARITY,
+    MODEL_CARD,
+    BenchmarkResults,
+    GateReceipt,
+    HeldoutSplit,
+    MergeParity,
+    read_json,
+)
 
 TASK = ("text-generation", "Vox code generation")
 PLOTS = (("parse_rate", "Non-empty parse rate by bench category, base vs tuned"),
@@ -49,9 +68,9 @@ def eval_results(files: RunFiles, model_name: str):
     from huggingface_hub import EvalResult
 
     bench = files.bench
-    if not bench.get("metrics"):
+    if not bench.metrics:
         return []
-    bench_name = Path(str(bench.get("bench", "bench"))).name.removesuffix(".jsonl")
+    bench_name = Path(str(bench.bench or "bench")).name.removesuffix(".jsonl")
     out = []
     for row in score_rows(bench):
         if not row.tuned:
@@ -59,14 +78,14 @@ def eval_results(files: RunFiles, model_name: str):
         mode = row.mode
         metrics = [("nonempty_parse_rate", "non-empty parse rate", row.metrics.get("nonempty_parse_rate")),
                    ("pass@1", "task pass@1", row.metrics.get("pass_at_1"))]
-        if bench.get("k", 1) > 1:
-            metrics.append((f"pass@{bench['k']}", f"task pass@{bench['k']}", row.metrics.get("pass_at_k")))
+        if bench.k > 1:
+            metrics.append((f"pass@{bench.k}", f"task pass@{bench.k}", row.metrics.get("pass_at_k")))
         for mtype, mname, value in metrics:
             if not isinstance(value, (int, float)):
                 continue
             out.append(EvalResult(task_type=TASK[0], task_name=TASK[1], dataset_type=f"mens/{bench_name}",
                                   dataset_name=f"Vox bench {bench_name} ({row.n} tasks)",
-                                  dataset_split=str(bench.get("split", "heldout")), metric_type=mtype,
+                                  dataset_split=str(bench.split or "heldout"), metric_type=mtype,
                                   metric_name=f"{mname} ({mode})", metric_config=mode, metric_value=round(value, 4)))
     return out
 
@@ -75,7 +94,7 @@ def card_data(files: RunFiles, target: CardTarget, base: BaseModelInfo, datasets
     """The card's `ModelCardData`."""
     from huggingface_hub import ModelCardData
 
-    backend = files.manifest.get("backend")
+    backend = files.manifest.backend
     adapter = target.kind == "adapter"
     tags = ["mens", "vox", "code", *([backend] if backend in ("lora", "qlora") else [])]
     if any(f.endswith(".gguf") for f in target.files):
@@ -97,13 +116,13 @@ def card_data(files: RunFiles, target: CardTarget, base: BaseModelInfo, datasets
 
 def _results_section(files: RunFiles, shown_files: set[str] = frozenset()) -> list[str]:
     bench = files.bench
-    if not bench.get("metrics"):
+    if not bench.metrics:
         return ["## Results", "", "Not evaluated yet: run `mens eval-local RUN --bench B --compare-base`.", ""]
     rows = score_rows(bench)
-    k = bench.get("k", 1)
-    n = bench["metrics"].get("tasks", "?")
+    k = bench.k
+    n = bench.metrics.get("tasks", "?")
     lines = ["## Results", "",
-             f"Held-out bench `{Path(str(bench.get('bench', '?'))).name}`: {n} tasks the training data does not "
+             f"Held-out bench `{Path(str(bench.bench or '?')).name}`: {n} tasks the training data does not "
              f"contain, {k} answer(s) per task. A task passes when the answer parses and declares what was asked "
              "(kind, name, signature, required contents). Rates are shown with the count of tasks behind them.", "",
              "| model, decoding | n | non-empty parse rate | task pass@1 |" + (f" pass@{k} |" if k > 1 else "")
@@ -118,7 +137,7 @@ def _results_section(files: RunFiles, shown_files: set[str] = frozenset()) -> li
     if MODES_PLOT in shown_files:
         lines += ["", f"![Held-out scores of the base model and of each decoding mode]({MODES_PLOT})"]
     lines += _intervals(rows)
-    fails = bench["metrics"].get("failures_by_category") or {}
+    fails = bench.metrics.get("failures_by_category") or {}
     if fails:
         lines += ["", "Remaining failures of the greedy answers, by first reason: "
                   + ", ".join(f"{k} {v}" for k, v in fails.items()) + "."]
@@ -156,19 +175,18 @@ def _samples_section(files: RunFiles) -> list[str]:
 
 
 def _gates_section(run: Path) -> list[str]:
-    receipt = run / "gate_receipt.json"
-    if not receipt.is_file():
+    receipt = GateReceipt.read_optional(run / GATE_RECEIPT)
+    if receipt is None:
         return ["## Gates", "", "No gate was run for this model.", ""]
-    doc = json.loads(receipt.read_text(encoding="utf-8"))
-    lines = ["## Gates", "", f"Overall: {'passed' if doc.get('overall_passed') else 'FAILED'}.", "",
+    lines = ["## Gates", "", f"Overall: {'passed' if receipt.overall_passed else 'FAILED'}.", "",
              "| gate | threshold | value | passed |", "|---|---|---|---|"]
-    for g in doc.get("gates", []):
-        lines.append(f"| {g['gate']} | {num(g['threshold'])} | {num(g['value'])} | {'yes' if g['passed'] else 'no'} |")
+    for g in receipt.gates:
+        lines.append(f"| {g.gate or g.name} | {num(g.threshold)} | {num(g.value)} | {'yes' if g.passed else 'no'} |")
     return [*lines, ""]
 
 
-def _sample_size_limit(bench: dict) -> list[str]:
-    metrics = bench.get("metrics") or {}
+def _sample_size_limit(bench: BenchmarkResults) -> list[str]:
+    metrics = bench.metrics
     cats = metrics.get("per_category") or {}
     sizes = [c["tasks"] for c in cats.values() if isinstance(c, dict) and isinstance(c.get("tasks"), int)]
     if not sizes:
@@ -195,36 +213,36 @@ def _dogfood_data(cfg: dict) -> list[str]:
     if not root:
         return []
     mix = Path(root) / "corpus" / "mixed.mix_report.json"
-    split = Path(root) / "data" / "heldout_split.json"
+    split = HeldoutSplit.read_optional(Path(root) / "data" / HELDOUT_SPLIT)
     lines = []
     if mix.is_file():
-        for src in json.loads(mix.read_text(encoding="utf-8")).get("sources", []):
+        doc = read_json(mix)
+        for src in doc.get("sources", []) if isinstance(doc, dict) else []:
             name = Path(src["path"]).name
             lines.append(f"- {src['emitted_lines']} {_SOURCES.get(name, name)}")
-    if split.is_file():
-        doc = json.loads(split.read_text(encoding="utf-8"))
-        lines.append(f"- held out: {doc['heldout_tasks']} bench tasks no training row overlaps; {doc['dropped']} rows "
+    if split is not None:
+        lines.append(f"- held out: {split.heldout_tasks} bench tasks no training row overlaps; {split.dropped} rows "
                      "were dropped because their code equals a held-out answer (normalized) or their prompt nearly "
-                     f"copies a held-out prompt (word 3-gram Jaccard >= {doc['prompt_near_dup_threshold']})")
+                     f"copies a held-out prompt (word 3-gram Jaccard >= {split.prompt_near_dup_threshold})")
     return [*lines, ""] if lines else []
 
 
 def _data_section(files: RunFiles, datasets: list[str]) -> list[str]:
     m = files.manifest
-    ex = m.get("examples") or {}
+    ex = m.examples
     hub = [d for d in datasets if is_hub_id(d)]
     where = (f"Datasets on the Hub: {', '.join(f'[{d}](https://huggingface.co/datasets/{d})' for d in hub)}. "
              if hub else "The training data is local to the machine that trained this model (not on the Hub). ")
     return ["## Training data", "",
-            f"{where}Training file sha256 `{m.get('data_sha256', '?')}`; {num(ex.get('train', '?'))} training and "
+            f"{where}Training file sha256 `{m.data_sha256 or '?'}`; {num(ex.get('train', '?'))} training and "
             f"{num(ex.get('val', '?'))} validation examples.", "",
-            *_dogfood_data(m.get("config") or {})]
+            *_dogfood_data(m.config)]
 
 
 def _training_section(files: RunFiles) -> list[str]:
     m = files.manifest
     lines = ["## Training procedure", ""]
-    prompt = m.get("system_prompt")
+    prompt = m.system_prompt
     if prompt:
         lines += [f"System prompt used in training and evaluation: \"{prompt}\"", ""]
     hp = hyperparameters(m)
@@ -233,7 +251,7 @@ def _training_section(files: RunFiles) -> list[str]:
                   *(f"| {k} | {v} |" for k, v in hp), ""]
     lines += ["How training went:", "", "| measured | value |", "|---|---|",
               *(f"| {k} | {v} |" for k, v in training_numbers(files)), ""]
-    versions = m.get("versions") or {}
+    versions = m.versions
     if versions:
         lines += ["Software: " + ", ".join(f"{k} {v}" for k, v in versions.items() if k != "platform") + ".", ""]
     return lines
@@ -241,11 +259,10 @@ def _training_section(files: RunFiles) -> list[str]:
 
 def _parity_section(run: Path) -> list[str]:
     """What `mens dogfood` measured after the merge: the merged model and the server against the adapter."""
-    path = run / "merge_parity.json"
-    if not path.is_file():
+    parity = MergeParity.read_optional(run / MERGE_PARITY)
+    if parity is None:
         return []
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    m, s = doc.get("merged_vs_adapter", {}), doc.get("served_vs_merged", {})
+    m, s = parity.merged_vs_adapter, served_vs_merged(parity)
     trained = "the adapter" if has_adapter(run) else "the trained weights"
     lines = ["## After the merge", "",
              f"The merged model gives the same task result as {trained} on {m.get('same_result')} of "
@@ -266,7 +283,7 @@ def _plots_section(target: CardTarget) -> list[str]:
 
 def _usage_section(files: RunFiles, target: CardTarget, base: BaseModelInfo) -> list[str]:
     repo = target.repo_id or f"your-name/{files.run.name}"
-    prompt = files.manifest.get("system_prompt")
+    prompt = files.manifest.system_prompt
     name = _model_name(files, target)
     ggufs = sorted(f for f in target.files if f.endswith(".gguf"))
     messages = [{"role": "user", "content": EXAMPLE_REQUEST}]
@@ -306,7 +323,7 @@ def _usage_section(files: RunFiles, target: CardTarget, base: BaseModelInfo) -> 
     if target.kind == "merged":
         lines += [f"vllm serve {repo} --served-model-name {name}"]
     else:
-        rank = files.manifest.get("config", {}).get("r")
+        rank = files.manifest.config.get("r")
         if target.template_has_prompt:
             lines += [f"hf download {repo} chat_template.jinja --local-dir .   # the training chat format"]
         lines += [f"vllm serve {base.hub_id or 'BASE_MODEL'} \\",
@@ -372,10 +389,10 @@ def _summary(files: RunFiles, target: CardTarget, base: BaseModelInfo) -> list[s
     base_ref = f"[{base.hub_id}](https://huggingface.co/{base.hub_id})" if base.hub_id else "a local base model"
     what = ("a LoRA adapter" if target.kind == "adapter" else
             "merged weights (the adapter folded into the base; no peft needed)" if has_adapter(files.run)
-            or m.get("backend") in ("lora", "qlora") else "fully fine-tuned weights")
+            or m.backend in ("lora", "qlora") else "fully fine-tuned weights")
     lines = [f"# {_model_name(files, target)}", "",
              f"A code assistant for the Vox language, fine-tuned by mens from {base_ref} "
-             f"({m.get('backend', 'unknown')} training). This repository holds {what}. It answers requests with "
+             f"({m.backend or 'unknown'} training). This repository holds {what}. It answers requests with "
              "Vox code; the numbers below come from this run's own held-out benchmark and say how often that code "
              "parses and declares what was asked.", "",
              f"Licence: `{base.license}`" + (f", taken from {base.license_source}." if base.license_source else ".")]
@@ -432,7 +449,7 @@ def run_target(files: RunFiles, repo_id: str | None = None) -> CardTarget:
     merged = (files.run / "config.json").is_file() and not has_adapter(files.run)  # full weights, no adapter
     return CardTarget(kind="merged" if merged else "adapter", repo_id=repo_id,
                       files={f"plots/{p.name}" for p in (files.run / "plots").glob("*.png")},
-                      template_has_prompt=template_has_prompt(files.run, files.manifest.get("system_prompt")))
+                      template_has_prompt=template_has_prompt(files.run, files.manifest.system_prompt))
 
 
 def build_card(run_dir: str | Path, *, repo_id: str | None = None) -> str:
@@ -442,7 +459,7 @@ def build_card(run_dir: str | Path, *, repo_id: str | None = None) -> str:
 
 def write_card(run_dir: str | Path, *, repo_id: str | None = None) -> Path:
     """RUN/README.md: the card of the run's adapter (or full fine-tuned weights)."""
-    out = Path(run_dir) / "README.md"
+    out = Path(run_dir) / MODEL_CARD
     out.write_text(build_card(run_dir, repo_id=repo_id), encoding="utf-8")
     return out
 
@@ -450,9 +467,9 @@ def write_card(run_dir: str | Path, *, repo_id: str | None = None) -> Path:
 def write_merged_card(run_dir: str | Path, merged_dir: str | Path, *, repo_id: str | None = None) -> Path:
     """MERGED/README.md: the card of merged weights (library transformers), described by the run they came from."""
     merged = Path(merged_dir)
-    prompt = read_run(run_dir).manifest.get("system_prompt")
+    prompt = read_run(run_dir).manifest.system_prompt
     target = CardTarget(kind="merged", repo_id=repo_id, files={p.name for p in merged.iterdir() if p.is_file()},
                         template_has_prompt=template_has_prompt(merged, prompt))
-    out = merged / "README.md"
+    out = merged / MODEL_CARD
     build_model_card(run_dir, target).save(out)
     return out

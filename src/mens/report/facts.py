@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mens.report.runfiles import RunFiles
+from mens.report.runfiles import RunFiles, as_manifest
+from mens.run_records import BenchmarkResults, MergeParity, TrainingManifest
 
 PATH_KEYS = {"data", "output_dir", "extra", "init_adapter"}
 """Config keys that hold local paths: never shown (they say nothing about the model and leak the machine's layout)."""
@@ -50,24 +51,25 @@ def _module_names(modules) -> str:
     return ", ".join(seen)
 
 
-def hyperparameters(manifest: dict) -> list[tuple[str, str]]:
+def hyperparameters(manifest: TrainingManifest | dict) -> list[tuple[str, str]]:
     """(setting, value) rows of what the run actually used: the resolved config with the values training resolved
     (warmup steps, gradient checkpointing, global batch) taken from the manifest, local paths left out."""
-    cfg = dict(manifest.get("config") or {})
-    steps = manifest.get("steps") or {}
-    adapter = manifest.get("adapter") or {}
+    manifest = as_manifest(manifest)
+    cfg = dict(manifest.config)
+    steps = manifest.steps
+    adapter = manifest.adapter or {}
     rows: list[tuple[str, str]] = []
 
     def add(label: str, value) -> None:
         if value is not None and value != "":
             rows.append((label, value if isinstance(value, str) else num(value)))
 
-    add("method", cfg.pop("backend", manifest.get("backend")))
-    if manifest.get("backend") in ("lora", "qlora") or "r" in cfg:
+    add("method", cfg.pop("backend", manifest.backend))
+    if manifest.backend in ("lora", "qlora") or "r" in cfg:
         add("LoRA rank r", cfg.pop("r", None))
         add("LoRA alpha", cfg.pop("lora_alpha", None))
         add("LoRA dropout", cfg.pop("lora_dropout", None))
-        add("adapted modules", _module_names(adapter.get("modules") or manifest.get("target_modules")) or None)
+        add("adapted modules", _module_names(adapter.get("modules") or manifest.target_modules) or None)
         if adapter.get("n_layers"):
             add("adapted layers", f"{len(adapter.get('adapted_layers') or [])} of {adapter['n_layers']}")
             cfg.pop("lora_layers", None)  # 0 means all: the resolved count above says it
@@ -88,23 +90,23 @@ def hyperparameters(manifest: dict) -> list[tuple[str, str]]:
         if warm is not None and configured is not None and warm != configured else (warm if warm is not None
                                                                                       else configured))
     add("sequence length", cfg.pop("seq_len", None))
-    packing = (manifest.get("packing") or {}).get("mode")
+    packing = (manifest.packing or {}).get("mode")
     pack = cfg.pop("pack", None)
     add("packing", packing if pack and packing else pack)
-    gc = manifest.get("gradient_checkpointing")
+    gc = manifest.gradient_checkpointing
     cfg.pop("gradient_checkpointing", None)
     if isinstance(gc, dict):
         add("gradient checkpointing", "on" if gc.get("on") else "off")
-    add("device", manifest.get("device"))
-    amp, configured = manifest.get("matmul_dtype"), cfg.get("autocast")
+    add("device", manifest.device)
+    amp, configured = manifest.matmul_dtype, cfg.get("autocast")
     if amp is not None:  # the precision training resolved from the configured autocast and the device
         cfg.pop("autocast", None)
         add("matmul precision", f"{amp} (autocast configured {configured})" if configured and configured != amp
             else amp)
-    if manifest.get("parallelism"):
+    if manifest.parallelism:
         cfg.pop("fsdp", None)
-        world = manifest.get("world_size", 1)
-        add("parallelism", "single process" if world == 1 else f"{manifest['parallelism']} ({num(world)} processes)")
+        world = manifest.world_size
+        add("parallelism", "single process" if world == 1 else f"{manifest.parallelism} ({num(world)} processes)")
     cfg.pop("device", None)
     for key in ("system_prompt", "model", "contract_digest"):
         cfg.pop(key, None)  # shown elsewhere (the prompt, the base model) or noise
@@ -116,20 +118,25 @@ def hyperparameters(manifest: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def served_vs_merged(parity: MergeParity) -> dict:
+    """The served model's answers against the merged model's; empty when the server was not compared."""
+    return parity.served_vs_merged or {}
+
+
 def training_numbers(files: RunFiles) -> list[tuple[str, str]]:
     """(what, value) rows of how training went: steps, losses, throughput (both kinds, labelled), time, memory."""
     s = files.summary
-    rows = [("optimizer steps", num(s.get("steps", len(files.steps)))),
-            ("first / final train loss", f"{num(s.get('first_loss'))} / {num(s.get('final_loss'))}"),
-            ("validation loss (last)", num(s.get("val_loss")))]
+    rows = [("optimizer steps", num(s.steps if "steps" in s.model_fields_set else len(files.steps))),
+            ("first / final train loss", f"{num(s.first_loss)} / {num(s.final_loss)}"),
+            ("validation loss (last)", num(s.val_loss))]
     step_rates = sorted(e["tokens_per_s"] for e in files.steps if isinstance(e.get("tokens_per_s"), (int, float)))
     if step_rates:
         rows.append(("tokens/s in optimizer steps (median)", num(step_rates[len(step_rates) // 2])))
-    if s.get("tokens_per_s") is not None:
-        rows.append(("tokens/s over the training time (validation included)", num(s["tokens_per_s"])))
-    rows.append(("wall time", f"{num(s.get('wall_time_s'))} s" if s.get("wall_time_s") is not None else "-"))
-    peak = s.get("peak_memory")
-    if isinstance(peak, dict) and peak:
+    if s.tokens_per_s is not None:
+        rows.append(("tokens/s over the training time (validation included)", num(s.tokens_per_s)))
+    rows.append(("wall time", f"{num(s.wall_time_s)} s" if s.wall_time_s is not None else "-"))
+    peak = s.peak_memory
+    if peak:
         rows.append(("peak memory", ", ".join(_memory(k, v) for k, v in peak.items())))
     return rows
 
@@ -170,12 +177,13 @@ class ScoreRow:
         return self.n is not None and self.metrics.get("samples", self.n) == self.n
 
 
-def score_rows(bench: dict) -> list[ScoreRow]:
+def score_rows(bench: BenchmarkResults) -> list[ScoreRow]:
     """The base model's row (when measured), then one row per decoding mode of the tuned model."""
     rows = []
-    if (bench.get("base") or {}).get("metrics"):
-        rows.append(ScoreRow("base model", "greedy", bench["base"]["metrics"]))
-    modes = bench.get("modes") or ({"greedy": bench["metrics"]} if bench.get("metrics") else {})
+    base_metrics = (bench.base or {}).get("metrics")
+    if base_metrics:
+        rows.append(ScoreRow("base model", "greedy", base_metrics))
+    modes = bench.modes or ({"greedy": bench.metrics} if bench.metrics else {})
     rows += [ScoreRow("tuned", name, m) for name, m in modes.items()]
     return rows
 
@@ -192,11 +200,11 @@ class Sample:
     reason: str
 
 
-def sample_answers(bench: dict, *, passed: int = 3, failed: int = 5) -> list[Sample]:
+def sample_answers(bench: BenchmarkResults, *, passed: int = 3, failed: int = 5) -> list[Sample]:
     """Up to `passed` passing and `failed` failing answers of the main decoding mode, in bench order."""
     picked: list[Sample] = []
     left = {True: passed, False: failed}
-    for r in bench.get("results") or []:
+    for r in bench.results:
         sample = (r.get("samples") or [{}])[0]
         ok = bool(sample.get("pass"))
         if left[ok] <= 0:

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from pathlib import Path
 
 from mens.report.base_model import base_model_info
-from mens.report.facts import hyperparameters, num, rate, sample_answers, score_rows, training_numbers
+from mens.report.facts import (
+    hyperparameters,
+    num,
+    rate,
+    sample_answers,
+    score_rows,
+    served_vs_merged,
+    training_numbers,
+)
 from mens.report.plots import plot_before_after, plot_loss, plot_modes, plot_throughput
 from mens.report.runfiles import RunFiles, read_run
+from mens.run_records import GATE_RECEIPT, MERGE_PARITY, PLOTS, REPORT, BenchmarkResults, GateReceipt, MergeParity
 
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -35,7 +43,7 @@ img{max-width:100%}
 
 def write_plots(files: RunFiles, out: Path | None = None) -> dict[str, Path]:
     """Draw every plot the run has data for into `out` (RUN/plots by default); returns name -> path."""
-    out = files.run / "plots" if out is None else Path(out)
+    out = files.run / PLOTS if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
     made = {
         "modes": plot_modes(files, out / "modes.png"),
@@ -64,11 +72,11 @@ def _table(head: list[str], rows: list[list[str]], numeric: set[int] = frozenset
     return f"<table{f' class={cls}' if cls else ''}><tr>{th}</tr>{body}</table>"
 
 
-def _metrics_table(bench: dict) -> str:
+def _metrics_table(bench: BenchmarkResults) -> str:
     rows = score_rows(bench)
     if not rows:
         return "<p>No benchmark results yet: run <code>mens eval-local</code>.</p>"
-    k = bench.get("k", 1)
+    k = bench.k
     head = ["model, decoding", "tasks (n)", "non-empty parse rate", "task pass@1",
             *([f"pass@{k}"] if k > 1 else []), "construct coverage"]
     body = []
@@ -78,13 +86,13 @@ def _metrics_table(bench: dict) -> str:
         body.append([_e(r.name), _e(num(r.n)), _e(rate(m.get("nonempty_parse_rate"), c)),
                      _e(rate(m.get("pass_at_1"), c)), *([_e(rate(m.get("pass_at_k")))] if k > 1 else []),
                      _e(rate(m.get("coverage")))])
-    intro = (f"<p>Bench <code>{_e(Path(str(bench.get('bench', '?'))).name)}</code> (split {_e(bench.get('split', '?'))}"
+    intro = (f"<p>Bench <code>{_e(Path(str(bench.bench or '?')).name)}</code> (split {_e(bench.split or '?')}"
              f"), {_e(k)} answer(s) per task. A task passes when its answer parses and declares what was asked. "
              "Rates show the count of tasks behind them.</p>")
     return intro + _table(head, body, numeric={1, 2, 3, 4, 5})
 
 
-def _samples(bench: dict) -> str:
+def _samples(bench: BenchmarkResults) -> str:
     """Sample held-out answers of the tuned model (greedy): some that passed and some that failed, with why."""
     samples = sample_answers(bench, passed=3, failed=5)
     if not samples:
@@ -101,36 +109,34 @@ def _samples(bench: dict) -> str:
             + _table(["task", "request", "answer", "result"], rows, cls="samples"))
 
 
-def _failures(bench: dict) -> str:
+def _failures(bench: BenchmarkResults) -> str:
     """The failure counts by reason, then every failing task with its reason."""
-    counts = bench.get("metrics", {}).get("failures_by_category") or {}
+    counts = bench.metrics.get("failures_by_category") or {}
     if not counts:
         return ""
     by_reason = ", ".join(f"{_e(k)} {_e(v)}" for k, v in counts.items())
     rows = [[_e(f.get("category", "?")), _e(f.get("id")), _e(f.get("failure")), _e(str(f.get("reason"))[:200])]
-            for f in sorted(bench.get("failures") or [], key=lambda f: (str(f.get("category")), str(f.get("id"))))]
+            for f in sorted(bench.failures, key=lambda f: (str(f.get("category")), str(f.get("id"))))]
     table = _table(["category", "task", "failure", "reason"], rows) if rows else ""
     return f"<h2>All failing tasks (greedy)</h2><p>By first reason: {by_reason}.</p>{table}"
 
 
 def _gates(run: Path) -> str:
-    receipt = run / "gate_receipt.json"
-    if not receipt.is_file():
+    receipt = GateReceipt.read_optional(run / GATE_RECEIPT)
+    if receipt is None:
         return "<h2>Gates</h2><p>No gate was run for this model.</p>"
-    doc = json.loads(receipt.read_text(encoding="utf-8"))
-    verdict = '<span class="pass">passed</span>' if doc.get("overall_passed") else '<span class="fail">not met</span>'
-    rows = [[_e(g.get("gate")), _e(num(g.get("threshold"))), _e(num(g.get("value"))),
-             '<span class="pass">yes</span>' if g.get("passed") else '<span class="fail">no</span>']
-            for g in doc.get("gates", [])]
+    verdict = '<span class="pass">passed</span>' if receipt.overall_passed else '<span class="fail">not met</span>'
+    rows = [[_e(g.gate or g.name), _e(num(g.threshold)), _e(num(g.value)),
+             '<span class="pass">yes</span>' if g.passed else '<span class="fail">no</span>']
+            for g in receipt.gates]
     return f"<h2>Gates</h2><p>Overall: {verdict}.</p>" + _table(["gate", "threshold", "value", "passed"], rows, {1, 2})
 
 
 def _parity(run: Path) -> str:
-    path = run / "merge_parity.json"
-    if not path.is_file():
+    parity = MergeParity.read_optional(run / MERGE_PARITY)
+    if parity is None:
         return ""
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    m, s = doc.get("merged_vs_adapter", {}), doc.get("served_vs_merged", {})
+    m, s = parity.merged_vs_adapter, served_vs_merged(parity)
     return ("<h2>After the merge</h2><p>" + _e(
         f"Merged model vs adapter: same task result on {m.get('same_result')} of {m.get('tasks')} held-out tasks "
         f"({m.get('same_text')} answers identical, greedy).") + " <code>mens serve</code> " + _e(
@@ -143,14 +149,13 @@ def write_report(run_dir: str | Path) -> Path:
     files = read_run(run_dir)
     plots = write_plots(files)
     m = files.manifest
-    finished = m.get("finished_at") or m.get("started_at") or ""
-    base = base_model_info(m).hub_id or (f"{Path(str(m['base_model'])).name} (a local directory)"
-                                         if m.get("base_model") else "?")
-    sub = " · ".join(_e(x) for x in (f"base {base}", f"{m.get('backend', '?')} training",
+    finished = m.finished_at or m.started_at or ""
+    base = base_model_info(m).hub_id or (f"{Path(m.base_model).name} (a local directory)" if m.base_model else "?")
+    sub = " · ".join(_e(x) for x in (f"base {base}", f"{m.backend or '?'} training",
                                      finished[:16].replace("T", " ")) if x)
     body = [f"<h1>mens run report: {_e(files.run.name)}</h1>", f'<p class="sub">{sub}</p>']
-    if m.get("system_prompt"):
-        body.append(f"<p>System prompt (training and evaluation): <q>{_e(m['system_prompt'])}</q></p>")
+    if m.system_prompt:
+        body.append(f"<p>System prompt (training and evaluation): <q>{_e(m.system_prompt)}</q></p>")
     body += ["<h2>Held-out benchmark</h2>", _metrics_table(files.bench)]
     if "modes" in plots:
         body.append(_img(plots["modes"]))
@@ -169,6 +174,6 @@ def write_report(run_dir: str | Path) -> Path:
                  _table(["setting", "value"], [[_e(k), _e(v)] for k, v in hp])]
     page = ("<!doctype html><html><head><meta charset='utf-8'><title>mens report: " + _e(files.run.name)
             + f"</title><style>{_CSS}</style></head><body>" + "\n".join(b for b in body if b) + "</body></html>\n")
-    out = files.run / "report.html"
+    out = files.run / REPORT
     out.write_text(page, encoding="utf-8")
     return out

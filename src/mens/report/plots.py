@@ -51,7 +51,7 @@ def plot_throughput(files: RunFiles, out: Path) -> Path | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(*zip(*pts, strict=True), color="#2ca02c", label="tokens/s within each optimizer step")
-    overall = files.summary.get("tokens_per_s")
+    overall = files.summary.tokens_per_s
     if isinstance(overall, (int, float)):
         ax.axhline(overall, color="#2ca02c", linestyle="--", alpha=0.7,
                    label=f"{overall:.3g} tokens/s over the training time (validation included)")
@@ -96,8 +96,8 @@ def _labelled_bars(ax, xs: list[float], values: list[float | None], ns: list[int
 def plot_before_after(files: RunFiles, out: Path, metric: str = "nonempty_parse_rate") -> Path | None:
     """Grouped bars per category: base model vs tuned model (greedy), each labelled with its value and n. None with
     fewer than two categories: `plot_modes` already shows the one category's base and greedy scores."""
-    tuned = files.bench.get("metrics", {}).get("per_category", {})
-    base = files.bench.get("base", {}).get("metrics", {}).get("per_category", {})
+    tuned = files.bench.metrics.get("per_category") or {}
+    base = ((files.bench.base or {}).get("metrics") or {}).get("per_category") or {}
     cats = sorted(set(tuned) | set(base))
     if len(cats) < 2:
         return None

@@ -17,17 +17,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mens.errors import DataError, UsageError
-from mens.model.inference import SYSTEM_PROMPT_FILE
 from mens.report.base_model import base_model_info
 from mens.report.card import CardTarget, build_model_card, template_has_prompt
 from mens.report.facts import PATH_KEYS
-from mens.report.runfiles import read_run
+from mens.report.runfiles import as_manifest, read_run
+from mens.run_records import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    BENCHMARK,
+    GATE_RECEIPT,
+    HANDOFF,
+    MANIFEST,
+    MERGE_PARITY,
+    MODEL_CARD,
+    SYSTEM_PROMPT,
+    TRAINING_CONFIG,
+    TrainingConfigRecord,
+    TrainingManifest,
+    write_json,
+)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 MERGED_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "Modelfile")
-RESULT_FILES = ("gate_receipt.json", "merge_parity.json")
-HANDOFF_FILE = "external_serving_handoff_v1.json"  # written by `mens merge`; names the run the weights came from
+RESULT_FILES = (GATE_RECEIPT, MERGE_PARITY)
+HANDOFF_FILE = HANDOFF  # written by `mens merge`; names the run the weights came from
 
 
 @dataclass
@@ -45,12 +59,12 @@ def resolve_source(path: str | Path, run: str | Path | None = None) -> Source:
     """A run directory (its adapter) or a merged/model directory (its weights, described by the run named in its
     hand-off file, or by `run`)."""
     p = Path(path)
-    if (p / "adapter_config.json").is_file():
+    if (p / ADAPTER_CONFIG).is_file():
         return Source(p, "adapter", Path(run) if run else p)
     if not (p / "config.json").is_file():
         raise UsageError(f"{p}: not a run directory (adapter_config.json) nor a model directory (config.json); "
                          "pass the --output-dir of `mens train`, or the -o of `mens merge`")
-    if run is None and (p / "training_manifest.json").is_file():
+    if run is None and (p / MANIFEST).is_file():
         run = p  # a full fine-tune: the run directory holds the weights
     if run is None and (p / HANDOFF_FILE).is_file():
         try:
@@ -87,18 +101,19 @@ def _names_only(doc: dict, keys: tuple[str, ...] = ("model", "bench")) -> dict:
     return out
 
 
-def _training_config(manifest: dict, hub_id: str | None) -> dict:
-    """The run's resolved training settings without local paths."""
-    cfg = {k: v for k, v in (manifest.get("config") or {}).items() if k not in PATH_KEYS}
+def _training_config(manifest: TrainingManifest | dict, hub_id: str | None) -> TrainingConfigRecord:
+    """The run's resolved training settings without local paths (`manifest`: the run's, or a dict of its fields)."""
+    manifest = as_manifest(manifest)
+    cfg = {k: v for k, v in manifest.config.items() if k not in PATH_KEYS}
     if isinstance(cfg.get("model"), str) and ("/" in cfg["model"] and Path(cfg["model"]).exists()):
         cfg["model"] = hub_id
     keep = ("backend", "system_prompt", "examples", "steps", "seeds", "adapter", "packing", "gradient_checkpointing",
             "versions", "device", "world_size", "matmul_dtype", "started_at", "finished_at", "data_sha256")
-    doc = {"schema": "mens_training_config_v1", "base_model": hub_id, "config": cfg}
-    doc.update({k: manifest[k] for k in keep if k in manifest})
-    if isinstance(doc.get("adapter"), dict):  # module lists run to hundreds of names; the card names the kinds
-        doc["adapter"] = {k: v for k, v in doc["adapter"].items() if k not in ("modules", "adapted_layers")}
-    return doc
+    fields = manifest.to_json()
+    extra = {k: fields[k] for k in keep if fields.get(k) not in (None, {}, [])}  # what the run recorded
+    if isinstance(extra.get("adapter"), dict):  # module lists run to hundreds of names; the card names the kinds
+        extra["adapter"] = {k: v for k, v in extra["adapter"].items() if k not in ("modules", "adapted_layers")}
+    return TrainingConfigRecord(base_model=hub_id, config=cfg, **extra)
 
 
 def stage_folder(path: str | Path, out: str | Path, *, repo_id: str | None = None, run: str | Path | None = None,
@@ -118,11 +133,11 @@ def stage_folder(path: str | Path, out: str | Path, *, repo_id: str | None = Non
     base = base_model_info(files.manifest, allow_network=allow_network)
     d = src.model_dir
     if src.kind == "adapter":
-        cfg = json.loads((d / "adapter_config.json").read_text(encoding="utf-8"))
+        cfg = json.loads((d / ADAPTER_CONFIG).read_text(encoding="utf-8"))
         if base.hub_id:  # peft and vLLM fetch the base by this name: a Hub id, not this machine's cache path
             cfg["base_model_name_or_path"] = base.hub_id
-        (out / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-        weights = [d / "adapter_model.safetensors"]
+        (out / ADAPTER_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+        weights = [d / ADAPTER_WEIGHTS]
     else:
         weights = sorted(d.glob("*.safetensors"))
         if not weights:
@@ -139,29 +154,27 @@ def stage_folder(path: str | Path, out: str | Path, *, repo_id: str | None = Non
     if not any((out / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json")):
         raise DataError(f"{d}: no tokenizer files (tokenizer.json, tokenizer.model or vocab.json) to publish with "
                         "the model; a run or merge writes them: rerun `mens merge`")
-    prompt = files.manifest.get("system_prompt") or (
-        (d / SYSTEM_PROMPT_FILE).read_text(encoding="utf-8") if (d / SYSTEM_PROMPT_FILE).is_file() else None)
+    prompt = files.manifest.system_prompt or (
+        (d / SYSTEM_PROMPT).read_text(encoding="utf-8") if (d / SYSTEM_PROMPT).is_file() else None)
     if prompt:
-        (out / SYSTEM_PROMPT_FILE).write_text(prompt, encoding="utf-8")
-    if files.bench:
-        (out / "benchmark_results.json").write_text(json.dumps(_names_only(files.bench), indent=2) + "\n",
-                                                    encoding="utf-8")
+        (out / SYSTEM_PROMPT).write_text(prompt, encoding="utf-8")
+    if BENCHMARK in files.present:
+        write_json(out / BENCHMARK, _names_only(files.bench.to_json()))
     for name in RESULT_FILES:
         if (src.run / name).is_file():
             _place(src.run / name, out / name, False)
-    if files.manifest:
-        (out / "training_config.json").write_text(
-            json.dumps(_training_config(files.manifest, base.hub_id), indent=2) + "\n", encoding="utf-8")
+    if MANIFEST in files.present:
+        _training_config(files.manifest, base.hub_id).write(out / TRAINING_CONFIG)
     from mens.report.html import write_plots
 
     write_plots(files, out / "plots")
     if not any((out / "plots").iterdir()):
         (out / "plots").rmdir()
     staged = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    target = CardTarget(kind=src.kind, repo_id=repo_id, files=staged | {"README.md"},
+    target = CardTarget(kind=src.kind, repo_id=repo_id, files=staged | {MODEL_CARD},
                         template_has_prompt=template_has_prompt(out, prompt))
     card = build_model_card(src.run, target, datasets=datasets, allow_network=allow_network)
-    card.save(out / "README.md")
+    card.save(out / MODEL_CARD)
     return sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
 
 
@@ -219,7 +232,7 @@ def publish(path: str | Path, repo_id: str, *, private: bool = False, run: str |
     with tempfile.TemporaryDirectory(prefix="mens-publish-") as tmp:
         staged = stage_folder(path, Path(tmp) / "repo", repo_id=repo_id, run=run, datasets=datasets, gguf=gguf,
                               allow_network=True, link=True)
-        problems = card_problems(Path(tmp) / "repo" / "README.md")
+        problems = card_problems(Path(tmp) / "repo" / MODEL_CARD)
         if problems:
             raise DataError(f"the model card for {repo_id} is not valid: {'; '.join(problems)}")
         log(f"uploading {len(staged)} files to {repo_id}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mens.errors import DataError, ModelError
+from mens.run_records import CHECKPOINT_FORMAT, current_format
 from mens.train import atomic
 from mens.train.state_io import (
     StateInvalid,
@@ -40,7 +41,7 @@ CHECKSUMS = "checksums.json"  # written last: a checkpoint without it was never 
 OPTIMIZER = "optimizer.safetensors"
 SCHEDULER = "scheduler.json"
 RNG = "rng.safetensors"
-FORMAT = "mens.checkpoint.v2"
+FORMAT = CHECKPOINT_FORMAT
 PICKLED = ("optimizer.pt", "scheduler.pt", "rng.pt")  # what older versions wrote; refused, never unpickled
 
 
@@ -174,7 +175,7 @@ def verify_files(ckpt: Path) -> None:
         raise StateInvalid(f"{CHECKSUMS} is missing (the checkpoint was never completed)")
     sums = read_json(ckpt / CHECKSUMS)
     files = sums.get("files")
-    if sums.get("format") != FORMAT or not isinstance(files, dict) or sums.get("step") != step_of(ckpt):
+    if current_format(sums.get("format")) != FORMAT or not isinstance(files, dict) or sums.get("step") != step_of(ckpt):
         raise StateInvalid(f"{CHECKSUMS} is not a {FORMAT} record for step {step_of(ckpt)}")
     present = {p.name for p in ckpt.iterdir()} - {CHECKSUMS}
     if extra := sorted(present - set(files)):

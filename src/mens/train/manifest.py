@@ -1,26 +1,16 @@
-"""`training_manifest.json`, `training-preflight.json`, `run_summary.json`: what ran, on what, how it went."""
+"""What goes into `training_manifest.json`, `training-preflight.json` and `run_summary.json` (what ran, on what,
+how it went); the files and their records are named in `mens.run_records`."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import sys
-from pathlib import Path
 
-MANIFEST = "training_manifest.json"
-PREFLIGHT = "training-preflight.json"
-SUMMARY = "run_summary.json"
-MANIFEST_SCHEMA = "mens.training_manifest.v1"
+from mens.run_records import MANIFEST, PREFLIGHT, SUMMARY, write_json  # noqa: F401  (re-exported for bench scripts)
+
 EXECUTION_KERNEL = "torch-peft-loop-v1"
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Write JSON via a temp file + rename (readers never see half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def versions() -> dict:

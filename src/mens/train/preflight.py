@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 
 from mens.errors import MensError
-from mens.train.manifest import EXECUTION_KERNEL, PREFLIGHT, write_json
+from mens.run_records import PREFLIGHT, write_json
+from mens.train.manifest import EXECUTION_KERNEL
 
 PREFLIGHT_SCHEMA = "vox.mens.preflight.v0"  # the original's id (contracts/training-preflight.schema.json)
 

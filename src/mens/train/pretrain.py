@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mens.errors import DataError
+from mens.run_records import TELEMETRY
 
 PROMPTS = ("fn ", "pub fn ", "type ", "@table type ", "@test\nfn ", "component ", "@endpoint(kind: query)\nfn ",
            "import ", "let ", "fn main() {\n")
@@ -138,7 +139,7 @@ def pretrain(paths: list[Path], out_dir: Path, cfg: PretrainConfig, *, language:
 
     started, losses = time.perf_counter(), []
     model.train()
-    with (out_dir / "telemetry.jsonl").open("w", encoding="utf-8") as telemetry:
+    with (out_dir / TELEMETRY).open("w", encoding="utf-8") as telemetry:
         for step in range(cfg.steps):
             lr = _lr(step, cfg)
             for group in opt.param_groups:

@@ -17,6 +17,17 @@ from pathlib import Path
 from mens.errors import ConfigError, DataError, ModelError
 from mens.model.chat_template import save_tokenizer
 from mens.model.load import load_base, load_tokenizer, model_dir_problems, resolve_model, weights_sha256
+from mens.run_records import (
+    ADAPTER_WEIGHTS,
+    FULL_WEIGHTS,
+    MANIFEST,
+    MODEL_CARD,
+    SUMMARY,
+    SYSTEM_PROMPT,
+    TELEMETRY,
+    RunSummary,
+    TrainingManifest,
+)
 from mens.train import distributed, fsdp
 from mens.train.checkpoint import apply_checkpoint, newest_good, save_final_weights
 from mens.train.config import TrainConfig
@@ -30,7 +41,7 @@ from mens.train.data import (
     split_validation,
 )
 from mens.train.loop import LoopState, train_loop
-from mens.train.manifest import MANIFEST, SUMMARY, adapter_record, contract_digest, peak_memory_mb, versions, write_json
+from mens.train.manifest import EXECUTION_KERNEL, adapter_record, contract_digest, peak_memory_mb, versions
 from mens.train.packing import Row
 from mens.train.preflight import Preflight, embedding_problem, first_loss, packing_problem, vocab_problem
 from mens.train.probe import choose_checkpointing
@@ -38,8 +49,6 @@ from mens.train.run_config import resume_problem, taken_problem, write_run_confi
 from mens.train.schedule import effective_warmup, make_scheduler
 from mens.train.telemetry import Telemetry
 from mens.train.text import Example, default_system_prompt
-
-SYSTEM_PROMPT_FILE = "system_prompt.txt"  # full fine-tunes: read by mens.model.inference for model dirs
 
 
 @dataclass
@@ -271,41 +280,50 @@ def resume_digest(cfg: TrainConfig, inp: Inputs) -> str:
     return contract_digest(cfg.contract_values(), inp.data_sha256, inp.base_sha256)
 
 
-def _manifest(cfg, inp: Inputs, *, run_id, device, world, warmup, start_step, resumed_from, model, amp) -> dict:
-    return {
-        "schema_version": "mens.training_manifest.v1", "run_id": run_id, "backend": cfg.backend,
-        "base_model": inp.model_id, "base_model_id": inp.model_id, "base_model_path": str(inp.model_dir),
-        "base_weights_sha256": inp.base_sha256, "model_type": inp.model_config.get("model_type"),
-        "vocab_size": inp.model_config.get("vocab_size"), "data": str(inp.data_path),
-        "data_files": [str(inp.data_path)], "data_sha256": inp.data_sha256, "system_prompt": inp.system_prompt,
-        "chat_template": inp.tokenizer.chat_template, "config": cfg.to_dict(), "contract_digest": inp.digest,
-        "execution_kernel": "torch-peft-loop-v1", "versions": versions(), "device": device, "world_size": world,
-        "matmul_dtype": amp or "f32",
-        "seeds": {"seed": cfg.seed, "adapter_init": "seed", "dropout": "seed+1", "data_order": "seed*1000+epoch",
-                  "val_split": "seed^0xA1B2C3D4"},
-        "examples": {"rows_read": inp.n_rows, "train": len(inp.train), "val": len(inp.val), "skipped": inp.skipped,
-                     "train_rows": len(inp.rows), "val_rows": len(inp.val_rows)},
-        "steps": {"planned": inp.plan.total_steps, "steps_per_epoch": inp.plan.steps_per_epoch,
-                  "global_batch": inp.plan.global_batch, "warmup": warmup, "completed": start_step,
-                  "resumed_from": resumed_from},
-        "target_modules": None if cfg.backend == "full" else (adapter_record(model) or {}).get("modules"),
-        "adapter": adapter_record(model),
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
+def _manifest(cfg, inp: Inputs, *, run_id, device, world, warmup, start_step, resumed_from, model, amp,
+              parallelism, checkpointing, packing) -> TrainingManifest:
+    return TrainingManifest(
+        run_id=run_id, backend=cfg.backend,
+        base_model=inp.model_id, base_model_id=inp.model_id, base_model_path=str(inp.model_dir),
+        base_weights_sha256=inp.base_sha256, model_type=inp.model_config.get("model_type"),
+        vocab_size=inp.model_config.get("vocab_size"), data=str(inp.data_path),
+        data_files=[str(inp.data_path)], data_sha256=inp.data_sha256, system_prompt=inp.system_prompt,
+        chat_template=inp.tokenizer.chat_template, config=cfg.to_dict(), contract_digest=inp.digest,
+        execution_kernel=EXECUTION_KERNEL, versions=versions(), device=device, world_size=world,
+        matmul_dtype=amp or "f32",
+        seeds={"seed": cfg.seed, "adapter_init": "seed", "dropout": "seed+1", "data_order": "seed*1000+epoch",
+               "val_split": "seed^0xA1B2C3D4"},
+        examples={"rows_read": inp.n_rows, "train": len(inp.train), "val": len(inp.val), "skipped": inp.skipped,
+                  "train_rows": len(inp.rows), "val_rows": len(inp.val_rows)},
+        steps={"planned": inp.plan.total_steps, "steps_per_epoch": inp.plan.steps_per_epoch,
+               "global_batch": inp.plan.global_batch, "warmup": warmup, "completed": start_step,
+               "resumed_from": resumed_from},
+        target_modules=None if cfg.backend == "full" else (adapter_record(model) or {}).get("modules"),
+        adapter=adapter_record(model), parallelism=parallelism, gradient_checkpointing=checkpointing,
+        packing=packing, started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
 
 
-def _summary(cfg, inp: Inputs, st: LoopState, *, run_id, device, world, start_step, loss0, wall) -> dict:
+def _summary(cfg, inp: Inputs, st: LoopState, *, run_id, device, world, start_step, loss0, wall) -> RunSummary:
     tail = st.losses[-10:]
-    return {
-        "schema_version": "mens.run_summary.v1", "run_id": run_id, "base_model": inp.model_id, "backend": cfg.backend,
-        "steps": st.step, "steps_this_session": st.step - start_step, "final_loss": st.last_loss,
-        "avg_train_loss_last10": sum(tail) / len(tail) if tail else None, "val_loss": st.last_val_loss,
-        "first_loss": loss0, "total_tokens": st.input_tokens, "supervised_tokens": st.supervised_tokens,
-        "wall_time_s": round(wall, 2), "train_time_s": round(st.train_seconds, 2),
-        "tokens_per_s": round(st.input_tokens / st.train_seconds, 1) if st.train_seconds else None,
-        "peak_memory": peak_memory_mb(device), "world_size": world,
-        "artifacts": {"weights": "model.safetensors" if cfg.backend == "full" else "adapter_model.safetensors",
-                      "telemetry": "telemetry.jsonl", "manifest": MANIFEST}}
+    weights = FULL_WEIGHTS if cfg.backend == "full" else ADAPTER_WEIGHTS
+    return RunSummary(
+        run_id=run_id, base_model=inp.model_id, backend=cfg.backend,
+        steps=st.step, global_step=st.step, optimizer_step_count=st.step, steps_this_session=st.step - start_step,
+        stopped_early=st.stopped_early,
+        final_loss=st.last_loss, first_loss=loss0,
+        avg_train_loss=sum(st.losses) / len(st.losses) if st.losses else None,
+        avg_train_loss_last10=sum(tail) / len(tail) if tail else None,
+        val_loss=st.last_val_loss, avg_val_loss_last_epoch=st.last_val_loss,
+        total_tokens=st.input_tokens, supervised_tokens=st.supervised_tokens,
+        wall_time_s=round(wall, 2), train_time_s=round(st.train_seconds, 2),
+        tokens_per_s=round(st.input_tokens / st.train_seconds, 1) if st.train_seconds else None,
+        peak_memory=peak_memory_mb(device), world_size=world,
+        # mens's names (weights, telemetry, manifest) and the original's (final_adapter, telemetry_jsonl,
+        # model_card; it also lists training_skip_stats, a file mens does not write)
+        artifacts={"weights": weights, "telemetry": TELEMETRY, "manifest": MANIFEST,
+                   "final_adapter": None if cfg.backend == "full" else ADAPTER_WEIGHTS,
+                   "telemetry_jsonl": TELEMETRY, "model_card": MODEL_CARD})
 
 
 def run_training(cfg: TrainConfig) -> dict:
@@ -360,20 +378,19 @@ def run_training(cfg: TrainConfig) -> dict:
     if resumed_from is None:
         torch.manual_seed(cfg.seed + 1)  # the dropout stream; a resumed run continues the checkpoint's RNG
 
-    old = json.loads((run / MANIFEST).read_text()) if resumed_from and (run / MANIFEST).is_file() else {}
-    run_id = old.get("run_id") or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    old = TrainingManifest.read_optional(run / MANIFEST) if resumed_from else None
+    run_id = (old.run_id if old else "") or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     manifest = _manifest(cfg, inp, run_id=run_id, device=device, world=d.world, warmup=warmup,
-                         start_step=start_step, resumed_from=resumed_from, model=model, amp=amp)
-    manifest["parallelism"] = "fsdp" if d.sharded else "ddp-allreduce" if d.world > 1 else "single"
-    manifest["gradient_checkpointing"] = {"on": checkpointing, "why": why}
-    manifest["packing"] = packing
+                         start_step=start_step, resumed_from=resumed_from, model=model, amp=amp,
+                         parallelism="fsdp" if d.sharded else "ddp-allreduce" if d.world > 1 else "single",
+                         checkpointing={"on": checkpointing, "why": why}, packing=packing)
     tel = Telemetry(run, enabled=d.main)
     if d.main:
         pf.write()
-        write_json(run / MANIFEST, manifest)
+        manifest.write(run / MANIFEST)
         save_tokenizer(inp.tokenizer, run, inp.system_prompt)
         if cfg.backend == "full" and inp.system_prompt:
-            (run / SYSTEM_PROMPT_FILE).write_text(inp.system_prompt, encoding="utf-8")
+            (run / SYSTEM_PROMPT).write_text(inp.system_prompt, encoding="utf-8")
     plan = inp.plan
     tel.emit("train_start", run_id=run_id, train_file=str(inp.data_path), output=str(run), seed=cfg.seed,
              backend=cfg.backend, model=inp.model_id, device=device, world_size=d.world,
@@ -392,18 +409,18 @@ def run_training(cfg: TrainConfig) -> dict:
         tel.emit("train_failed", error=f"{type(e).__name__}: {e}")
         raise
     weights = fsdp.full_weights(model, cfg.backend) if d.sharded else None  # every rank joins the gather
-    summary: dict = {}
+    summary: RunSummary | None = None
     if d.main:
         save_final_weights(model, run, cfg.backend, weights, step=st.step, loss=st.last_loss)
         wall = time.time() - wall0
         summary = _summary(cfg, inp, st, run_id=run_id, device=device, world=d.world, start_step=start_step,
                            loss0=loss0, wall=wall)
-        manifest["steps"]["completed"] = st.step
-        manifest["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-        write_json(run / MANIFEST, manifest)
-        write_json(run / SUMMARY, summary)
+        manifest.steps["completed"] = st.step
+        manifest.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+        manifest.write(run / MANIFEST)
+        summary.write(run / SUMMARY)
         tel.emit("train_complete", step=st.step, final_loss=st.last_loss, val_loss=st.last_val_loss,
-                 wall_time_s=round(wall, 2), tokens=st.input_tokens, tokens_per_s=summary["tokens_per_s"])
+                 wall_time_s=round(wall, 2), tokens=st.input_tokens, tokens_per_s=summary.tokens_per_s)
     distributed.barrier(d)
     distributed.teardown(d)
-    return summary
+    return summary.to_json() if summary else {}

@@ -9,10 +9,9 @@ from pathlib import Path
 import yaml
 
 from mens.errors import ConfigError
+from mens.run_records import CONFIG as CONFIG_FILE
+from mens.run_records import MANIFEST
 from mens.train.config import FLAT, RESUMABLE, SPECS, TrainConfig, get_path
-from mens.train.manifest import MANIFEST
-
-CONFIG_FILE = "config.yaml"
 
 
 def taken_problem(cfg: TrainConfig) -> str | None:

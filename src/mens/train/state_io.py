@@ -13,10 +13,8 @@ import random
 from pathlib import Path
 
 from mens.errors import ModelError
+from mens.run_records import OPTIMIZER_FORMAT, RNG_FORMAT, SCHEDULER_FORMAT, current_format
 
-OPTIMIZER_FORMAT = "mens.optimizer.v1"
-SCHEDULER_FORMAT = "mens.scheduler.v1"
-RNG_FORMAT = "mens.rng.v1"
 META_KEY = "mens"  # safetensors metadata entry holding the JSON part
 
 
@@ -52,7 +50,7 @@ def _unpack(path: Path, fmt: str) -> tuple[dict, dict]:
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as e:  # damaged bytes: safetensors and json raise several types; all mean "unreadable"
         raise StateInvalid(f"{path.name} is not readable ({type(e).__name__})") from None
-    if not isinstance(meta, dict) or meta.get("format") != fmt:
+    if not isinstance(meta, dict) or current_format(meta.get("format")) != fmt:
         raise StateInvalid(f"{path.name} has no {fmt} description in its header")
     return tensors, meta
 
@@ -125,7 +123,7 @@ def read_scheduler(path: Path, scheduler) -> dict:
     """The scheduler state, with the same keys and value types as `scheduler.state_dict()` (it sets attributes)."""
     data = read_json(path)
     sd, live = data.get("state"), scheduler.state_dict()
-    if data.get("format") != SCHEDULER_FORMAT or not isinstance(sd, dict) or set(sd) != set(live):
+    if current_format(data.get("format")) != SCHEDULER_FORMAT or not isinstance(sd, dict) or set(sd) != set(live):
         raise StateInvalid(f"{path.name}: not a {SCHEDULER_FORMAT} state with keys {sorted(live)}")
     for k, v in live.items():
         ok = type(sd[k]) is type(v) or (isinstance(v, float) and type(sd[k]) is int)

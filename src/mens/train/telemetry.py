@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-TELEMETRY = "telemetry.jsonl"
+from mens.run_records import TELEMETRY
 
 
 class Telemetry:
