@@ -29,6 +29,8 @@ def test_plan_fits_steps_to_what_the_budget_leaves():
     assert plan.eval_every == 88 and "175 of the recipe's 742 steps" in plan.note
     planned = plan.steps * 6.0 + 2 * 40 + 15 + plan.elapsed_s + plan.reserve_s
     assert planned <= 1800  # the plan keeps the budget by its own numbers
+    # the hard limit for a machine that slows down mid-run: the training share less start-up and a final validation
+    assert plan.max_time_s == 1250 - 15 - 40 and plan.max_time_s > plan.steps * 6.0 + 40
 
 
 def test_a_slower_machine_gets_fewer_steps_and_a_fast_one_never_more_than_the_recipe():

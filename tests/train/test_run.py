@@ -166,3 +166,23 @@ def test_qlora_eval_pass_keeps_input_gradients_right(tiny_model_dir):
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()
                       if "layers.0." in n and p.grad is not None})
     assert grads[0] and all(torch.allclose(grads[0][n], grads[1][n], atol=1e-6) for n in grads[0])
+
+
+def test_the_time_limit_stops_the_run_at_a_step_with_its_adapter_saved_and_validated(small_data, tmp_path,
+                                                                                       tiny_model_dir):
+    """schedule.max_time_s (what `mens dogfood --budget` sets): once the loop has run that long it stops after the
+    step in progress, validates and saves as at a planned end, and says so in the summary and telemetry."""
+    out = tmp_path / "capped"
+    cfg = tiny_config(small_data, out, tiny_model_dir, backend="lora", max_steps=50, batch_size=4, val_fraction=0.25,
+                      min_examples=4, save_every=0, eval_every=0)
+    cfg.max_time_s = 1e-6  # already reached after the first step
+    summary = run_training(cfg)
+    assert summary["stopped_early"] is True and summary["steps"] == 1 and summary["val_loss"] is not None
+    assert (out / "adapter_model.safetensors").is_file()
+    events = [json.loads(line) for line in (out / "telemetry.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("step") == 1
+    assert next(e for e in events if e["event"] == "time_limit")["total_steps"] == 50
+    assert events[-1]["event"] == "train_complete"
+    uncapped = run_training(tiny_config(small_data, tmp_path / "free", tiny_model_dir, backend="lora", max_steps=3,
+                                        batch_size=4, val_fraction=0.25, min_examples=4, save_every=0, eval_every=0))
+    assert uncapped["stopped_early"] is False and uncapped["steps"] == 3

@@ -78,6 +78,10 @@ class BudgetPlan:
     steps: int
     recipe_steps: int
     eval_every: int
+    max_time_s: float
+    """The training loop's hard time limit: what `train_s` leaves after start-up and the final validation pass.
+    The planned steps end well before it (SAFETY); it stops a run whose machine slows down mid-way (another job
+    starts), so the budget still holds, at the cost of a learning-rate schedule cut short."""
     probe: Probe
     cpu: str
     native_bf16: bool
@@ -132,7 +136,9 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
                 f"({how}; {elapsed_s / 60:.1f} min spent before training, {reserve / 60:.1f} min reserved after)")
     return BudgetPlan(budget_s=budget_s, elapsed_s=round(elapsed_s, 1), reserve_s=round(reserve, 1),
                       train_s=round(train_s, 1), steps=steps, recipe_steps=probe.recipe_steps,
-                      eval_every=max(1, math.ceil(steps / VAL_PASSES)), probe=probe, cpu=cpu,
+                      eval_every=max(1, math.ceil(steps / VAL_PASSES)),
+                      max_time_s=round(max(probe.step_s * MIN_STEPS, train_s - probe.startup_s - probe.val_s), 1),
+                      probe=probe, cpu=cpu,
                       native_bf16=native_bf16, note=note)
 
 

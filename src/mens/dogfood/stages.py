@@ -19,6 +19,7 @@ import yaml
 
 from mens.dogfood.pipeline import Context
 from mens.errors import GateFailed
+from mens.run_records import BUDGET, read_json
 
 LANGUAGE = "vox"
 DEV_REPEATS = 3.0
@@ -187,11 +188,14 @@ def train(ctx: Context, **round_kw) -> str:
     if (budget_s := parse_budget(ctx.cfg.budget)) is not None:
         plan = _budget_plan(ctx, tc, budget_s)
         tc.max_steps, tc.eval_every = plan["steps"], plan["eval_every"]
+        tc.max_time_s = plan.get("max_time_s") or 0.0  # the budget holds on a machine that slows down mid-run
         budget_note = f"; budget {ctx.cfg.budget}: {plan['note']}"
         ctx.log(f"    budget {ctx.cfg.budget}: {plan['note']}")
     ctx.log(f"    preset {tc.preset}, backend {tc.backend}, device {tc.device}, "
             f"{'max_steps ' + str(tc.max_steps) if tc.max_steps else 'epochs ' + str(tc.epochs)}")
     s = run_training(tc)
+    if s.get("stopped_early"):
+        budget_note += f"; stopped at step {s['steps']} by the time limit ({tc.max_time_s:.0f} s of training)"
     return (f"{s['steps']} steps, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}, "
             f"val loss {s['val_loss'] if s['val_loss'] is None else round(s['val_loss'], 3)}, "
             f"{s['tokens_per_s']} tokens/s{budget_note}")
@@ -207,10 +211,10 @@ def _budget_plan(ctx: Context, tc, budget_s: float) -> dict:
     from mens.dogfood.pipeline import STATE
     from mens.train.run import cpu_has_native_bf16
 
-    path = ctx.path("data", "budget.json")
+    path = ctx.path("data", BUDGET)
     if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
-    stages = json.loads(ctx.path(STATE).read_text(encoding="utf-8")).get("stages", {})
+        return read_json(path)
+    stages = read_json(ctx.path(STATE)).get("stages", {})
     t0 = time.time()
     probe = probe_training(tc, ctx.path("budget_probe"))
     elapsed = sum(v.get("seconds") or 0 for v in stages.values()) + (time.time() - t0)

@@ -24,8 +24,8 @@ from mens.train.fsdp import quantized_sharding_problem
 DEVICE_ALIASES = {"best": "auto", "default": "auto", "vulkan": "auto", "dx12": "auto", "d3d12": "auto",
                   "gpu": "cuda", "nvidia": "cuda", "metal": "mps"}
 """The original's `--device` spellings (reference §1.2): its Best is mens' auto (CUDA, then MPS, then CPU)."""
-RESUMABLE = ("output_dir", "data", "resume", "preset", "max_steps", "epochs", "save_every", "keep_checkpoints",
-             "eval_every", "log_every_s", "num_threads", "fsdp")
+RESUMABLE = ("output_dir", "data", "resume", "preset", "max_steps", "epochs", "max_time_s", "save_every",
+             "keep_checkpoints", "eval_every", "log_every_s", "num_threads", "fsdp")
 """Flat keys that may differ when a run is resumed: where it and its data live (the data is compared by content),
 which preset's name it carries (its values are compared key by key), how long it runs, how often it saves and
 evaluates, how the work is split. Every other key must match the run's saved config.yaml."""
@@ -124,6 +124,10 @@ class ScheduleConfig(Section):
     """Passes over the training rows (fractions allowed); ignored when max_steps > 0."""
     max_steps: int = setting(0, ge=0)
     """Optimizer steps to run; 0 derives them from epochs."""
+    max_time_s: float = setting(0.0, ge=0.0)
+    """Stop once the training loop has run this many seconds (0 = no limit): the last step's adapter is saved and
+    validated as at the planned end, and the run summary says it stopped early. The learning-rate schedule stays
+    planned for the full step count, so a cut run is not the run it would have been, nor bit-reproducible."""
     batch_size: int = setting(4, gt=0)
     """Rows per micro-batch (per process)."""
     grad_accum: int = setting(4, gt=0)

@@ -39,6 +39,8 @@ class LoopState:
     input_tokens: int = 0
     supervised_tokens: int = 0
     train_seconds: float = 0.0
+    stopped_early: bool = False
+    """The time limit (schedule.max_time_s) ended the run before its planned last step."""
 
 
 def accumulate_gradients(model, micro: list[list[Row]], n_supervised: float, *, pad_id: int, device: str,
@@ -174,8 +176,15 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
                            tokens_per_s=round(tok_s, 1), eta_s=round(eta, 1), progress=round(st.step / total, 4),
                            elapsed_s=round(time.time() - t_start, 2))
             view.update(st.step, total, loss, lr, tok_s, eta)
+            # Decided on rank 0's clock for every rank, so that all stop at the same step.
+            out_of_time = bool(cfg.max_time_s) and st.step < total and distributed.all_sum(
+                d, [float(d.main and time.time() - t_start >= cfg.max_time_s)])[0] > 0
+            if out_of_time:
+                st.stopped_early = True
+                view.note(f"stopping at step {st.step} of {total}: the time limit ({cfg.max_time_s:.0f} s) is reached")
+                telemetry.emit("time_limit", step=st.step, total_steps=total, max_time_s=cfg.max_time_s)
 
-            if val_rows and ((cfg.eval_every and st.step % cfg.eval_every == 0) or st.step == total):
+            if val_rows and ((cfg.eval_every and st.step % cfg.eval_every == 0) or st.step == total or out_of_time):
                 st.last_val_loss = evaluate(model, val_rows, batch_size=cfg.batch_size, pad_id=pad_id,
                                             device=device, autocast=autocast, d=d)
                 telemetry.emit("eval", step=st.step, val_loss=st.last_val_loss)
@@ -185,6 +194,8 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
                             plan=plan, telemetry=telemetry, ckpt_state=ckpt_state)
             if _PAUSE_AFTER_STEP == st.step:  # test hook: hang here so a test can SIGKILL a run mid-way
                 time.sleep(3600)
+            if out_of_time:
+                break
     except KeyboardInterrupt:  # Ctrl+C: keep the work done so far, then stop (resume with --resume)
         # Not when sharded: gathering the shards needs every rank, and another may be stuck mid-step.
         if st.step > start_step and d.main and not d.sharded:
