@@ -30,15 +30,20 @@ def _json(path: Path) -> dict:
 
 
 def confirm(out_dir: Path, env: dict) -> dict:
-    """The tuned run's greedy answers to the confirmation split, with the token limit the run's own eval used."""
+    """The tuned run's answers to the confirmation split in every decoding mode its own eval used (greedy first),
+    with the same token limit."""
     config = _json(out_dir / "dogfood_state.json")["config"]
     run = Path(_json(out_dir / "dogfood_summary.json")["run"])
     out = out_dir / "eval" / "confirm_results.json"
+    modes = ",".join(config.get("modes") or ["greedy"])
     subprocess.run([str(REPO / "scripts" / "mens"), "eval-local", str(run), "--bench", str(CONFIRM), "--split", "all",
-                    "--modes", "greedy", "--max-new-tokens", str(config["max_new_tokens"]), "-o", str(out)],
+                    "--modes", modes, "--max-new-tokens", str(config["max_new_tokens"]), "-o", str(out)],
                    check=True, env=env)
-    m = _json(out)["metrics"]
+    report = _json(out)
+    m = report["metrics"]
     return {"tasks": m["tasks"], "nonempty_parse_rate": m["nonempty_parse_rate"], "pass_at_1": m["pass_at_1"],
+            "modes": {name: {"nonempty_parse_rate": mm["nonempty_parse_rate"], "pass_at_1": mm["pass_at_1"]}
+                      for name, mm in report.get("modes", {}).items()},
             "failures_by_category": m.get("failures_by_category")}
 
 
@@ -58,6 +63,7 @@ def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
                                                    "train_time_s", "peak_memory")},
         "base": summary["base"], "tuned": summary["tuned"], "gain_over_base": summary["gain_over_base"],
         "gate_passed": summary["gate"], "merge_parity": summary.get("merge_parity"),
+        "budget": _json(out_dir / "data" / "budget.json") if (out_dir / "data" / "budget.json").is_file() else None,
         "failures_by_category": bench["metrics"].get("failures_by_category"),
     }
 
@@ -69,6 +75,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="Passed to `mens dogfood --seed` (default 0, its default); "
                     "with --from-dir the record names the run's own seed.")
     ap.add_argument("--confirm", action="store_true", help="Also evaluate the tuned run on the confirmation split.")
+    ap.add_argument("--budget", help="Passed to `mens dogfood --budget` (e.g. 30m).")
     ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/dogfood[-quick]-<host>.json).")
     args = ap.parse_args()
     wall = None
@@ -79,7 +86,8 @@ def main() -> None:
         out_dir = Path(tempfile.mkdtemp(prefix="mens-dogfood-")) / "df"
         t0 = time.time()
         subprocess.run([str(REPO / "scripts" / "mens"), "dogfood", "-o", str(out_dir), "--seed", str(args.seed),
-                        *(["--quick"] if args.quick else [])], check=True, env=env)
+                        *(["--quick"] if args.quick else []), *(["--budget", args.budget] if args.budget else [])],
+                       check=True, env=env)
         wall = round(time.time() - t0, 1)
     result = record(out_dir, wall, args.quick)
     if args.confirm:
