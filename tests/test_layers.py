@@ -64,5 +64,5 @@ def test_the_check_sees_a_sideways_import(tmp_path):
     """The checker is not vacuous: an evaluate module importing serve is reported."""
     fake = tmp_path / "mens"
     (fake / "evaluate").mkdir(parents=True)
-    (fake / "evaluate" / "x.py").write_text("def f():\n    from mens.serve.hf_engine import HFEngine\n")
+    (fake / "evaluate" / "x.py").write_text("def f():\n    from mens.serve.app import create_app\n")
     assert package_imports(fake)["evaluate"]["serve"] == {"evaluate/x.py"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tests.evaluate.fake_engine import scripted
+
 from mens.evaluate.bench import BenchTask
 from mens.evaluate.run import Decoding, failing_outputs, run_bench
 from mens.lang import get_language
@@ -14,21 +16,8 @@ TASKS = [
 ]
 
 
-def scripted(answers: dict[str, list[str]]):
-    calls = []
-
-    def generate(messages, max_new_tokens, temperature, seed, constrained):
-        prompt = messages[-1]["content"]
-        calls.append((prompt, temperature, seed, constrained))
-        options = answers[prompt]
-        return options[seed % len(options)]
-
-    return generate, calls
-
-
 def test_metrics_from_scripted_answers():
-    gen, calls = scripted({"write add": ["def add(a, b):\n    return a + b\n"],
-                           "write Point": ["class Pt:\n    pass\n"]})
+    gen = scripted({"write add": ["def add(a, b):\n    return a + b\n"], "write Point": ["class Pt:\n    pass\n"]})
     report = run_bench(gen, TASKS, PY, k=1)
     m = report["metrics"]
     assert m["tasks"] == 2 and m["nonempty_parse_rate"] == 1.0 and m["pass_at_1"] == 0.5
@@ -37,12 +26,12 @@ def test_metrics_from_scripted_answers():
     assert m["per_category"]["class"]["pass_at_1"] == 0.0
     [fail] = failing_outputs(report)
     assert fail["id"] == "point" and "Point" in fail["reason"]
-    assert [c[2] for c in calls] == [0, 1000]  # seed = seed_base + 1000 * task_index + sample
+    assert [c[2] for c in gen.streams] == [0, 1000]  # seed = seed_base + 1000 * task_index + sample
 
 
 def test_pass_at_k_uses_all_samples():
-    gen, _ = scripted({"write add": ["def add(a):\n  return a\n", "oops(", "def nope(): pass\n"],
-                       "write Point": ["class Point: pass\n"]})
+    gen = scripted({"write add": ["def add(a):\n  return a\n", "oops(", "def nope(): pass\n"],
+                    "write Point": ["class Point: pass\n"]})
     report = run_bench(gen, TASKS, PY, k=3, decoding=Decoding(temperature=0.8))
     add = report["results"][0]
     assert [s["pass"] for s in add["samples"]] == [True, False, False]
@@ -51,8 +40,7 @@ def test_pass_at_k_uses_all_samples():
 
 
 def test_parse_and_retry_resamples_unparseable_answers():
-    gen, calls = scripted({"write add": ["def add(:\n", "def add(a):\n  return a\n"],
-                           "write Point": ["class Point: pass\n"]})
+    gen = scripted({"write add": ["def add(:\n", "def add(a):\n  return a\n"], "write Point": ["class Point: pass\n"]})
     plain = run_bench(gen, TASKS[:1], PY, k=1)
     assert plain["metrics"]["nonempty_parse_rate"] == 0.0
     retry = run_bench(gen, TASKS[:1], PY, k=1, decoding=Decoding(name="retry", retries=2))
@@ -63,16 +51,16 @@ def test_parse_and_retry_resamples_unparseable_answers():
 def test_evaluate_model_reports_modes_and_gain_over_base():
     from mens.evaluate.local import evaluate_model
 
-    tuned, calls = scripted({"write add": ["def add(a, b):\n    return a + b\n"],
-                             "write Point": ["class Point:\n    pass\n"]})
-    base, _ = scripted({"write add": ["Sure! Here is some text."], "write Point": ["class (:"]})
+    tuned = scripted({"write add": ["def add(a, b):\n    return a + b\n"], "write Point": ["class Point:\n    pass\n"]})
+    base = scripted({"write add": ["Sure! Here is some text."], "write Point": ["class (:"]})
     report = evaluate_model(tuned, TASKS, PY, modes=["greedy", "constrained"], k=1, max_new_tokens=32,
-                            base_generate=base)
+                            base_engine=base)
     assert set(report["modes"]) == {"greedy", "constrained"}
     assert report["metrics"]["pass_at_1"] == 1.0
     assert report["base"]["metrics"]["nonempty_parse_rate"] == 0.0
     assert report["metrics"]["gain_over_base"] == 1.0
-    assert [c[3] for c in calls] == [False, False, True, True]  # constrained flag reaches the generator
+    assert [c[3] for c in tuned.streams] == [False, False, True, True]  # constrained flag reaches the engine
+    assert tuned.max_tokens == {32}
     import pytest
 
     from mens.errors import UsageError

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from mens.model.engine import GenerationRequest, SequentialBatch, Usage
 from mens.serve.app import create_app
-from mens.serve.engine import GenerationRequest, Usage
 from mens.serve.server import build_server
 
 
-class SleepyEngine:
+class SleepyEngine(SequentialBatch):
     """`tokens` pieces "t0 ", "t1 ", ... each after `delay_s`; counts what it started, produced and closed.
 
     A prompt is one token per word (plus 2 for a chat's framing); the context is `context_length` tokens.

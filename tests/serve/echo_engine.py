@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from mens.serve.engine import GenerationRequest, Usage
+from mens.model.engine import GenerationRequest, SequentialBatch, Usage
 
 
-class EchoEngine:
+class EchoEngine(SequentialBatch):
     """Answers "seed=S w1 w2 ..." (`words` pieces, fewer if max_tokens says so); one token per word of prompt."""
 
     model_id = "mens-echo"

@@ -12,13 +12,14 @@ import httpx
 import pytest
 import uvicorn
 
+from mens.model.engine import GenerationRequest, SequentialBatch, Usage
 from mens.serve.app import create_app
-from mens.serve.engine import GenerationRequest, StopScanner, Usage
+from mens.serve.engine import StopScanner
 
 ANSWER = "fn add(a: int, b: int) to int {\n    return a + b\n}\n"
 
 
-class ScriptedEngine:
+class ScriptedEngine(SequentialBatch):
     """Streams a fixed answer a few characters at a time; records what it was asked."""
 
     model_id = "mens-test"

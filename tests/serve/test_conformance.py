@@ -189,8 +189,8 @@ def real(server):
     torch = pytest.importorskip("torch")
     from tests.conftest import build_tiny_chat_lm
 
+    from mens.model.hf_engine import HFEngine
     from mens.model.inference import LoadedModel
-    from mens.serve.hf_engine import HFEngine
 
     torch.set_num_threads(1)
     model, tokenizer = build_tiny_chat_lm("gpt2")

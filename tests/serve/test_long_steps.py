@@ -10,10 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 from tests.serve.conftest import wait_until
 
+from mens.model.engine import SequentialBatch
+
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
 
-class SearchingEngine:
+class SearchingEngine(SequentialBatch):
     """Searches `steps` model steps of `delay_s` each, checking `request.cancelled` between them, then yields the
     whole answer at once (as constrained decoding can, while it holds back text it cannot close yet)."""
 

@@ -11,10 +11,10 @@ transformers = pytest.importorskip("transformers")
 
 from mens.evaluate.local import eval_local  # noqa: E402
 from mens.merge.merge import merge_adapter  # noqa: E402
+from mens.model.engine import GenerationRequest, Usage  # noqa: E402
 from mens.model.generate import chat_input_ids  # noqa: E402
+from mens.model.hf_engine import HFEngine  # noqa: E402
 from mens.model.inference import load_for_inference  # noqa: E402
-from mens.serve.engine import GenerationRequest, Usage  # noqa: E402
-from mens.serve.hf_engine import HFEngine  # noqa: E402
 
 
 def test_engine_greedy_equals_transformers_on_merged_dir(tmp_path, make_tiny_run):

@@ -63,8 +63,9 @@ def eval_local(
     typer.echo(f"wrote {out}")
     if gates is not None:
         from mens.evaluate.gates import check_gates, summary_lines
+        from mens.run_records import BENCHMARK
 
-        if out.parent.resolve() != Path(path).resolve() or out.name != "benchmark_results.json":
+        if out.parent.resolve() != Path(path).resolve() or out.name != BENCHMARK:
             raise UsageError("--gates needs the report in the run directory; drop --output")
         for line in summary_lines(check_gates(path, gates)):
             typer.echo(line)
@@ -79,10 +80,10 @@ def merge(
     """Merge the adapter into full-precision base weights (a full fine-tune: export its weights) as a plain
     Hugging Face model directory with serving hand-off files."""
     from mens.merge.merge import merge_adapter
+    from mens.run_records import HANDOFF, SERVING
 
     out = merge_adapter(run, output, check_sha=not skip_sha_check)
-    typer.echo(f"merged model: {out}\nserving hand-off: {out / 'external_serving_handoff_v1.json'}\n"
-               f"ready commands: {out / 'serving.json'}")
+    typer.echo(f"merged model: {out}\nserving hand-off: {out / HANDOFF}\nready commands: {out / SERVING}")
     return 0
 
 
@@ -106,10 +107,10 @@ def serve(
 ) -> int:
     """Serve OpenAI- and Ollama-compatible endpoints; with --constrained vox every answer parses."""
     from mens.lang import get_language
+    from mens.model.hf_engine import HFEngine
     from mens.model.inference import load_for_inference
     from mens.serve.app import create_app
     from mens.serve.guards import resolve_api_key
-    from mens.serve.hf_engine import HFEngine
     from mens.serve.server import bind_warning, build_server
 
     key = resolve_api_key(api_key, api_key_file)

@@ -18,6 +18,7 @@ from mens.errors import DataError
 from mens.evaluate.bench import BenchTask
 from mens.lang import Language
 from mens.lang.checks import check_output
+from mens.run_records import BENCHMARK, DOGFOOD_STATE, DOGFOOD_SUMMARY, BenchmarkResults, DogfoodSummary, read_json
 
 
 def _free_port() -> int:
@@ -37,9 +38,9 @@ def served_answers(model_dir: Path, tasks: list[BenchTask], max_tokens: int, dev
     """Greedy answers of `mens serve MODEL_DIR` (OpenAI chat endpoint, temperature 0) to each task's prompt."""
     import uvicorn
 
+    from mens.model.hf_engine import HFEngine
     from mens.model.inference import load_for_inference
     from mens.serve.app import create_app
-    from mens.serve.hf_engine import HFEngine
 
     app = create_app(HFEngine(load_for_inference(model_dir, device=device)), max_tokens_limit=max(2048, max_tokens))
     port = _free_port()
@@ -66,14 +67,16 @@ def served_answers(model_dir: Path, tasks: list[BenchTask], max_tokens: int, dev
 
 def finished_run(out_dir: Path) -> tuple[dict, Path, list[dict]]:
     """(dogfood config, run directory, the adapter's greedy results) of a finished `mens dogfood -o DIR`."""
-    def read(path: Path) -> dict:
-        return json.loads(path.read_text(encoding="utf-8"))
-
-    config = read(out_dir / "dogfood_state.json")["config"]
-    run = Path(read(out_dir / "dogfood_summary.json")["run"])
-    adapter = greedy_results(read(run / "benchmark_results.json"))
+    state = read_json(out_dir / DOGFOOD_STATE)
+    config = state.get("config") if isinstance(state, dict) else None
+    summary = DogfoodSummary.read(out_dir / DOGFOOD_SUMMARY)
+    if not isinstance(config, dict) or not summary.run:
+        raise DataError(f"{out_dir}: not a finished `mens dogfood -o DIR` ({DOGFOOD_STATE} without its config, or "
+                        f"{DOGFOOD_SUMMARY} without the run); finish it with `mens dogfood --resume -o {out_dir}`")
+    run = Path(summary.run)
+    adapter = greedy_results(BenchmarkResults.read(run / BENCHMARK).to_json())
     if adapter is None:
-        raise DataError(f"{run / 'benchmark_results.json'}: the tuned model was not evaluated greedily; "
+        raise DataError(f"{run / BENCHMARK}: the tuned model was not evaluated greedily; "
                         "run `mens eval-local` with greedy among its --modes")
     return config, run, adapter
 

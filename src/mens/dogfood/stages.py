@@ -19,7 +19,15 @@ import yaml
 
 from mens.dogfood.pipeline import Context
 from mens.errors import GateFailed
-from mens.run_records import BUDGET, read_json
+from mens.run_records import (
+    BENCHMARK,
+    BUDGET,
+    HELDOUT_SPLIT,
+    MERGE_PARITY,
+    BenchmarkResults,
+    MergeParity,
+    read_json,
+)
 
 LANGUAGE = "vox"
 DEV_REPEATS = 3.0
@@ -116,7 +124,7 @@ def heldout(ctx: Context) -> str:
     data = ctx.path("data")
     data.mkdir(parents=True, exist_ok=True)
     rep = split_training_data(ctx.path("corpus", "mixed.jsonl"), data / "train.jsonl", ctx.cfg.bench, ctx.cfg.split,
-                              ctx.path("bench", "heldout.jsonl"), data / "heldout_split.json")
+                              ctx.path("bench", "heldout.jsonl"), data / HELDOUT_SPLIT)
     stats = eval_to_file(data / "train.jsonl", data / "eval_results.json", None, LANGUAGE)
     return (f"{rep.heldout_tasks} held-out tasks; training rows {rep.kept} (dropped {len(rep.dropped)} overlapping); "
             f"training data parse rate {stats['parse_rate']:.2%}")
@@ -144,8 +152,9 @@ def _progress(ctx: Context, label: str):
 
 def eval_base(ctx: Context) -> str:
     """The base model answers the held-out tasks (greedy) with the same system prompt the tuned model gets."""
-    from mens.evaluate.local import evaluate_model, generate_batch_fn, generate_fn
+    from mens.evaluate.local import evaluate_model
     from mens.lang import get_language
+    from mens.model.hf_engine import HFEngine
     from mens.model.inference import load_for_inference
     from mens.model.load import resolve_model
 
@@ -154,14 +163,13 @@ def eval_base(ctx: Context) -> str:
     loaded = load_for_inference(base_dir, device=ctx.cfg.device)
     loaded.system_prompt = ctx.cfg.system_prompt or None
     tasks = _bench_tasks(ctx)
-    report = evaluate_model(generate_fn(loaded, lang), tasks, lang, modes=["greedy"], k=1,
-                            max_new_tokens=ctx.cfg.max_new_tokens, progress=_progress(ctx, "base"),
-                            generate_batch=generate_batch_fn(loaded, lang))
+    report = evaluate_model(HFEngine(loaded, lang), tasks, lang, modes=["greedy"], k=1,
+                            max_new_tokens=ctx.cfg.max_new_tokens, progress=_progress(ctx, "base"))
     report.update({"model": str(base_dir), "bench": str(ctx.path("bench", "heldout.jsonl")), "split": "heldout",
                    "language": LANGUAGE, "system_prompt": loaded.system_prompt})
     out = ctx.path("eval", "base_results.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    BenchmarkResults.parse(report, out).write(out)
     m = report["metrics"]
     return f"base: non-empty parse rate {m['nonempty_parse_rate']:.3f}, pass@1 {m['pass_at_1']:.3f}"
 
@@ -231,10 +239,9 @@ def eval_tuned(ctx: Context, run: str = "run") -> str:
     out = eval_local(ctx.path(run), str(ctx.path("bench", "heldout.jsonl")), language=LANGUAGE, k=1,
                      modes=list(ctx.cfg.modes), split="all", limit=ctx.cfg.limit,
                      max_new_tokens=ctx.cfg.max_new_tokens, device=ctx.cfg.device, progress=_progress(ctx, "tuned"))
-    report = json.loads(out.read_text(encoding="utf-8"))
-    base = json.loads(ctx.path("eval", "base_results.json").read_text(encoding="utf-8"))
-    attach_base(report, base)
-    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    report = BenchmarkResults.read(out).to_json()
+    attach_base(report, BenchmarkResults.read(ctx.path("eval", "base_results.json")).to_json())
+    BenchmarkResults.parse(report, out).write(out)
     return "; ".join(f"{mode}: parse {m['nonempty_parse_rate']:.3f}, pass@1 {m['pass_at_1']:.3f}"
                      for mode, m in report["modes"].items()) + \
         f"; gain over base {report['metrics']['gain_over_base']:+.3f}"
@@ -257,7 +264,7 @@ def focus(ctx: Context) -> str:
                          limit=ctx.cfg.limit, max_new_tokens=ctx.cfg.max_new_tokens,
                          output=ctx.path("eval", "dev_results.json"), device=ctx.cfg.device,
                          progress=_progress(ctx, "dev"))
-    dev = json.loads(dev_out.read_text(encoding="utf-8"))
+    dev = BenchmarkResults.read(dev_out).to_json()
     weights = focus_from_results(dev)
     rows, rep = generate_task_pairs(ctx.cfg.tasks2, ctx.cfg.seed + 1, weights,
                                     avoid_names=heldout_names(ctx.cfg.bench))
@@ -327,23 +334,21 @@ def parity(ctx: Context) -> str:
     from mens.lang import get_language
     from mens.model.lora import has_adapter
 
-    tuned = json.loads((ctx.run / "benchmark_results.json").read_text(encoding="utf-8"))
-    adapter = greedy_results(tuned)
+    adapter = greedy_results(BenchmarkResults.read(ctx.run / BENCHMARK).to_json())
     if adapter is None:
         return "skipped: the tuned model was not evaluated greedily (add greedy to --modes)"
     out = eval_local(ctx.path("merged"), str(ctx.path("bench", "heldout.jsonl")), language=LANGUAGE, modes=["greedy"],
                      split="all", limit=ctx.cfg.limit, max_new_tokens=ctx.cfg.max_new_tokens,
                      output=ctx.path("eval", "merged_results.json"), device=ctx.cfg.device,
                      progress=_progress(ctx, "merged"))
-    merged = json.loads(out.read_text(encoding="utf-8"))["results"]
+    merged = BenchmarkResults.read(out).results
     merge_cmp = compare_results(adapter, merged)
     tasks = _bench_tasks(ctx)[: ctx.cfg.served_tasks]
     ctx.log(f"    served: asking `mens serve` for {len(tasks)} answers over HTTP")
     served = served_answers(ctx.path("merged"), tasks, ctx.cfg.max_new_tokens, ctx.cfg.device)
     served_cmp = compare_served(tasks, served, merged, get_language(LANGUAGE))
-    doc = {"schema": "mens_merge_parity_v1", "decoding": "greedy", "merged_vs_adapter": merge_cmp,
-           "served_vs_merged": served_cmp}
-    (ctx.run / "merge_parity.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    parity_record = MergeParity(decoding="greedy", merged_vs_adapter=merge_cmp, served_vs_merged=served_cmp)
+    parity_record.write(ctx.run / MERGE_PARITY)
     trained = "adapter" if has_adapter(ctx.run) else "trained weights"
     return (f"merged = {trained} on {merge_cmp['same_result']}/{merge_cmp['tasks']} task results "
             f"({merge_cmp['same_text']} identical answers); served = merged on {served_cmp['same_result']}/"

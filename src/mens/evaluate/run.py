@@ -1,11 +1,12 @@
 """Run a bench: k samples per task, check each, aggregate parse rates, pass@k, coverage, failures.
 
-The model is behind `Generate` (messages -> text), so the runner is the same for a run directory, a
-merged model, a served model or a test double. Decoding modes are reported side by side: plain greedy,
-parse-and-retry (resample when the answer does not parse or is empty, bounded), and constrained.
+The model is behind an `Engine` (`mens.model.engine`), so the runner is the same for a run directory, a merged
+model or a test double. Decoding modes are reported side by side: plain greedy, parse-and-retry (resample when the
+answer does not parse or is empty, bounded), and constrained.
 
-With a `GenerateBatch` as well, the first (greedy) answer of every task is drawn in one batched call up front;
-only the sampled retries go one at a time.
+Every answer is asked for with `Engine.generate_batch`, which gives what streaming each request would, so the
+engine may batch: with greedy decoding the first answers of all tasks go in one call, then each round of retries
+in one call; sampled decoding asks for one sample (and its retries) at a time, reporting progress per task.
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mens.errors import UsageError
 from mens.evaluate.bench import BenchTask
 from mens.evaluate.passk import pass_at_k
 from mens.lang import Language
-from mens.lang.checks import SampleCheck, check_output
+from mens.lang.checks import check_output
+from mens.model.engine import Engine, GenerationRequest
+from mens.run_records import BenchmarkResults
 
-RESULTS_SCHEMA = "mens_benchmark_results_v1"
+RESULTS_SCHEMA = BenchmarkResults.SCHEMA
 MAX_OUTPUT_CHARS_KEPT = 4000
+RETRY_SEED_STEP = 7919
+"""Attempt a of a sample with seed s draws with seed s + RETRY_SEED_STEP * a (a prime: no clash across samples)."""
 
 
 @dataclass
@@ -35,76 +41,69 @@ class Decoding:
     retry_temperature: float = 0.7
 
 
-# (messages, max_new_tokens, temperature, seed, constrained) -> answer text
-Generate = Callable[[list[dict[str, str]], int, float, int, bool], str]
-# (chats, max_new_tokens, constrained, progress(finished, total) or None) -> greedy answer texts, in order.
-# Must give what `Generate` gives at temperature 0 for each chat.
-GenerateBatch = Callable[[list[list[dict[str, str]]], int, bool, Callable[[int, int], None] | None], list[str]]
+def _request(task: BenchTask, decoding: Decoding, temperature: float, seed: int, max_new_tokens: int
+             ) -> GenerationRequest:
+    """The request for one answer; the system prompt is the engine's (the one the model was trained with).
+    An unconstrained answer ends once its fenced code block is closed: the checker reads that block."""
+    return GenerationRequest(messages=[{"role": "user", "content": task.prompt}], max_tokens=max_new_tokens,
+                             temperature=temperature, seed=seed, constrained=decoding.constrained,
+                             stop_at_closed_block=True)
 
 
-def _messages(task: BenchTask) -> list[dict[str, str]]:
-    return [{"role": "user", "content": task.prompt}]
-
-
-def _sample(generate: Generate, task: BenchTask, lang: Language, decoding: Decoding, seed: int,
-            max_new_tokens: int, first: str | None = None) -> tuple[str, SampleCheck, int]:
-    """One sample with its retries; `first` is the first answer when it was already drawn (batched)."""
-    messages = _messages(task)
-    if first is None:
-        first = generate(messages, max_new_tokens, decoding.temperature, seed, decoding.constrained)
-    output = first
-    check = check_output(output, task.expect, lang)
-    attempts = 1
-    while attempts <= decoding.retries and not check.has_code:
-        output = generate(messages, max_new_tokens, decoding.retry_temperature, seed + 7919 * attempts,
-                          decoding.constrained)
-        check = check_output(output, task.expect, lang)
-        attempts += 1
-    return output, check, attempts
-
-
-def _retry_in_batches(sample, tasks: list[BenchTask], lang: Language, decoding: Decoding, max_new_tokens: int,
-                      draws: list[list[list]], seeds: list[list[int]]) -> None:
-    """Parse-and-retry with every unparsed answer of a round resampled in one batch; the same seeds and attempt
-    numbering as `_sample`, so the answers are those the one-at-a-time path would give."""
+def _retry_in_rounds(engine: Engine, tasks: list[BenchTask], lang: Language, decoding: Decoding,
+                     max_new_tokens: int, draws: list[list[list]], seeds: list[list[int]]) -> None:
+    """Parse-and-retry: every draw ([output, SampleCheck, attempts]) without code is resampled, one round (one
+    `generate_batch` call) per attempt a with seed + RETRY_SEED_STEP * a, until it has code or no retry is left."""
     for attempt in range(1, decoding.retries + 1):
         todo = [(i, s) for i, row in enumerate(draws) for s, d in enumerate(row) if not d[1].has_code]
         if not todo:
             return
-        outs = sample([_messages(tasks[i]) for i, _ in todo], max_new_tokens, decoding.retry_temperature,
-                      [seeds[i][s] + 7919 * attempt for i, s in todo])
+        outs = engine.generate_batch([_request(tasks[i], decoding, decoding.retry_temperature,
+                                               seeds[i][s] + RETRY_SEED_STEP * attempt, max_new_tokens)
+                                      for i, s in todo])
         for (i, s), output in zip(todo, outs, strict=True):
             draws[i][s] = [output, check_output(output, tasks[i].expect, lang), attempt + 1]
 
 
-def run_bench(generate: Generate, tasks: list[BenchTask], lang: Language, *, k: int = 1,
+def check_engine_constrains(engine: Engine, lang: Language) -> None:
+    """Constrained decoding needs an engine that constrains to `lang` (else its answers would not be)."""
+    if engine.constrained_language != lang.name:
+        have = f"constrains {engine.constrained_language}" if engine.constrained_language else "cannot constrain"
+        raise UsageError(f"constrained decoding of {lang.name} needs an engine that constrains {lang.name}; "
+                         f"engine {engine.model_id!r} {have}")
+
+
+def run_bench(engine: Engine, tasks: list[BenchTask], lang: Language, *, k: int = 1,
               decoding: Decoding | None = None, seed_base: int = 0, max_new_tokens: int = 256,
-              progress: Callable[[int, int], None] | None = None, generate_batch: GenerateBatch | None = None
-              ) -> dict:
+              progress: Callable[[int, int], None] | None = None) -> dict:
     """Evaluate every task with k samples (seed = seed_base + 1000*task_index + sample).
 
-    With `generate_batch` and greedy decoding the first answers come from one batched call (once per task:
-    greedy samples are all alike), and when it offers `.sample` the unconstrained retries are batched too;
-    `progress` then runs twice, while they decode and while they are checked.
+    Greedy decoding asks for each task's first answer once (greedy samples are all alike), all tasks in one
+    `generate_batch` call; `progress` then runs twice, while they decode and while they are checked.
     """
     decoding = decoding or Decoding()
+    if decoding.constrained:
+        check_engine_constrains(engine, lang)
     results, started = [], time.perf_counter()
-    batched = generate_batch is not None and decoding.temperature <= 0
+    batched = decoding.temperature <= 0
     seeds = [[seed_base + 1000 * i + s for s in range(k)] for i in range(len(tasks))]
-    firsts: list[str | None] = [None] * len(tasks)
     if batched:
-        firsts = list(generate_batch([_messages(t) for t in tasks], max_new_tokens, decoding.constrained, progress))
-    sample = getattr(generate_batch, "sample", None) if batched and not decoding.constrained else None
-    if sample is not None and decoding.retries:
+        firsts = engine.generate_batch([_request(t, decoding, decoding.temperature, seeds[i][0], max_new_tokens)
+                                        for i, t in enumerate(tasks)], progress)
         draws = [[[firsts[i], check_output(firsts[i], t.expect, lang), 1] for _ in range(k)]
                  for i, t in enumerate(tasks)]
-        _retry_in_batches(sample, tasks, lang, decoding, max_new_tokens, draws, seeds)
+        _retry_in_rounds(engine, tasks, lang, decoding, max_new_tokens, draws, seeds)
     else:
         draws = []
-        for i, t in enumerate(tasks):  # one at a time (sampled modes, or no batch generator): report as we go
-            draws.append([list(_sample(generate, t, lang, decoding, seeds[i][s], max_new_tokens, firsts[i]))
-                          for s in range(k)])
-            if progress and not batched:
+        for i, t in enumerate(tasks):  # sample by sample, retries included, reporting task by task
+            row = []
+            for seed in seeds[i]:
+                [output] = engine.generate_batch([_request(t, decoding, decoding.temperature, seed, max_new_tokens)])
+                cell = [[output, check_output(output, t.expect, lang), 1]]
+                _retry_in_rounds(engine, [t], lang, decoding, max_new_tokens, [cell], [[seed]])
+                row.append(cell[0])
+            draws.append(row)
+            if progress:
                 progress(i + 1, len(tasks))
     for i, task in enumerate(tasks):
         samples = [{"sample_index": s, "seed": seeds[i][s], "attempts": attempts,

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 
 from mens import __version__
-from mens.serve.engine import Engine, GenerationRequest
+from mens.model.engine import Engine, GenerationRequest
 from mens.serve.errors import ApiError, ClientGone, api_error_response, error_response
 from mens.serve.guards import ApiKeyGuard, BodyLimit
 from mens.serve.scheduler import Job, Scheduler

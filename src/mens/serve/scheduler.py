@@ -25,7 +25,8 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from mens.serve.engine import Engine, GenerationRequest, StopScanner, Usage
+from mens.model.engine import Engine, GenerationRequest, Usage
+from mens.serve.engine import StopScanner
 from mens.serve.errors import ApiError, ClientGone
 
 log = logging.getLogger("mens.serve")

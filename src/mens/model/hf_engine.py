@@ -1,0 +1,171 @@
+"""The real engine: a loaded Hugging Face model (run or merged directory) behind the `Engine` protocol.
+
+`stream` decodes one answer token by token (what the server sends). `generate_batch` (what evaluation asks for)
+gives the same answers for less work: unconstrained answers, greedy or seeded, are decoded in left-padded batches
+(`generate_greedy_batch`: on CPU a step for 16 answers costs about as much as a step for one); greedy answers are
+kept, so a later batch asking for the same prompt and budget (the next decoding mode) reuses them; a constrained
+greedy answer is the kept greedy one whenever constrained decoding would have produced it anyway (it ended at a
+stop token and `constraint_accepts` it); the rest are streamed one at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from mens.model.constraint import language_constraint
+from mens.model.engine import GenerationRequest, Progress, Usage
+from mens.model.generate import (
+    BatchOutput,
+    chat_input_ids,
+    code_block_closed,
+    constraint_accepts,
+    generate_greedy_batch,
+    stream_tokens,
+)
+from mens.model.inference import LoadedModel
+
+if TYPE_CHECKING:  # only the Language protocol's shape is used: model/ does not depend on lang/
+    from mens.lang import Language
+
+MIN_TEMPERATURE = 1e-6
+"""A smaller temperature decodes greedily (logits / T would overflow float32)."""
+MIN_TOP_P = 1e-6
+"""A smaller top_p is raised to this; both keep only the most likely token (its probability is >= 1/vocab)."""
+BATCH_SIZE = 16
+"""Answers decoded together by `generate_batch`."""
+
+GreedyKey = tuple[tuple[int, ...], int, bool]
+"""(prompt ids, max_tokens, stop_at_closed_block): what a greedy unconstrained answer depends on."""
+
+
+class HFEngine:
+    def __init__(self, loaded: LoadedModel, language: Language | None = None, *, batch_size: int = BATCH_SIZE):
+        self.loaded = loaded
+        self.model_id = loaded.model_id
+        self.language = language
+        self.constrained_language = language.name if language is not None else None
+        self.batch_size = batch_size
+        self._greedy: dict[GreedyKey, BatchOutput] = {}
+        """Greedy answers decoded by `generate_batch`, kept for later batches (an evaluation asks for the same
+        greedy answers in each decoding mode). `stream` neither reads nor fills it."""
+
+    @property
+    def context_length(self) -> int | None:
+        """The model's position limit from its config (None when the config names none)."""
+        return self.loaded.context_length
+
+    def count_tokens(self, request: GenerationRequest) -> int:
+        return len(self.prompt_ids(request))
+
+    def prompt_ids(self, request: GenerationRequest) -> list[int]:
+        """A chat through the chat template (with the trained system prompt when it has none), a prompt as is."""
+        tok = self.loaded.tokenizer
+        if request.messages is not None:
+            return chat_input_ids(tok, request.messages, self.loaded.system_prompt)
+        return tok(request.prompt or "", add_special_tokens=False)["input_ids"]
+
+    def _constrains(self, request: GenerationRequest) -> bool:
+        return request.constrained and self.language is not None
+
+    @staticmethod
+    def _sampling(request: GenerationRequest) -> tuple[float, float]:
+        """(temperature, top_p) as decoded. Below these floors the float32 sampling maths underflows (no token
+        left, or inf/inf = NaN); the floors choose the same tokens as any smaller value would: the most likely."""
+        temperature = 0.0 if request.temperature < MIN_TEMPERATURE else request.temperature
+        return temperature, max(request.top_p, MIN_TOP_P)
+
+    def stream(self, request: GenerationRequest, usage: Usage) -> Iterator[str]:
+        ids = self.prompt_ids(request)
+        usage.prompt_tokens = len(ids)
+        constraint = language_constraint(self.language) if self._constrains(request) else None
+
+        def count(_token: int) -> None:
+            usage.completion_tokens += 1
+
+        temperature, top_p = self._sampling(request)
+        stop_text = code_block_closed if request.stop_at_closed_block and constraint is None else None
+        yield from stream_tokens(self.loaded.model, self.loaded.tokenizer, ids, max_new_tokens=request.max_tokens,
+                                 temperature=temperature, top_p=top_p, seed=request.seed, constraint=constraint,
+                                 on_token=count, stop_text=stop_text, should_stop=request.cancelled.is_set)
+
+    def generate_batch(self, requests: list[GenerationRequest], progress: Progress | None = None) -> list[str]:
+        """What `stream` gives for each request, batched where that gives the same answer (see the module doc).
+
+        `progress(finished, total)` counts answers as they are decoded; a constrained answer counts once its
+        greedy draft is decoded (one that the constraint refuses is then decoded again, one at a time).
+        """
+        ids = [tuple(self.prompt_ids(r)) for r in requests]
+        answers: list[str | None] = [None] * len(requests)
+        finished = _Finished(len(requests), progress)
+        # Greedy answers (constrained ones too: their draft), from the kept ones or decoded now. An empty prompt
+        # cannot be batched; it is streamed below.
+        greedy = [i for i, r in enumerate(requests) if ids[i] and self._sampling(r)[0] == 0]
+        self._decode_greedy([(ids[i], requests[i].max_tokens, requests[i].stop_at_closed_block) for i in greedy],
+                            finished)
+        constraint = None
+        for i in greedy:
+            out = self._greedy[(ids[i], requests[i].max_tokens, requests[i].stop_at_closed_block)]
+            if not self._constrains(requests[i]):
+                answers[i] = out.text
+                continue
+            # A draft that ended at a stop token (not at the budget or the closed block) and that the constraint
+            # keeps at every step is the constrained answer; one constraint serves the drafts checked in turn.
+            constraint = constraint or language_constraint(self.language)
+            if out.finish == "stop" and constraint_accepts(self.loaded.tokenizer, out.token_ids, constraint):
+                answers[i] = out.text
+        # Seeded sampling, unconstrained and without a nucleus cut: each row draws from its own seeded generator.
+        sampled = [i for i, r in enumerate(requests) if ids[i] and not self._constrains(r)
+                   and self._sampling(r)[0] > 0 and r.top_p >= 1.0]
+        groups: dict[tuple[int, float, bool], list[int]] = {}
+        for i in sampled:
+            r = requests[i]
+            groups.setdefault((r.max_tokens, self._sampling(r)[0], r.stop_at_closed_block), []).append(i)
+        for (max_tokens, temperature, stop_at_block), rows in groups.items():
+            outs = generate_greedy_batch(self.loaded.model, self.loaded.tokenizer, [list(ids[i]) for i in rows],
+                                         max_new_tokens=max_tokens, batch_size=self.batch_size,
+                                         stop_text=code_block_closed if stop_at_block else None,
+                                         temperature=temperature, progress=finished.step,
+                                         seeds=[requests[i].seed if requests[i].seed is not None else 0 for i in rows])
+            for i, out in zip(rows, outs, strict=True):
+                answers[i] = out.text
+        counted = set(greedy) | set(sampled)
+        for i, answer in enumerate(answers):  # constrained answers the draft was not, nucleus sampling, empty prompts
+            if answer is None:
+                answers[i] = "".join(self.stream(requests[i], Usage()))
+                if i not in counted:
+                    finished.add(1)
+        return answers  # type: ignore[return-value]
+
+    def _decode_greedy(self, keys: list[GreedyKey], finished: _Finished) -> None:
+        """Decode (in batches) the greedy answers of `keys` not kept yet, and keep them."""
+        missing = list(dict.fromkeys(k for k in keys if k not in self._greedy))
+        new = set(missing)
+        finished.add(sum(k not in new for k in keys))
+        groups: dict[tuple[int, bool], list[tuple[int, ...]]] = {}
+        for prompt, max_tokens, stop_at_block in missing:
+            groups.setdefault((max_tokens, stop_at_block), []).append(prompt)
+        for (max_tokens, stop_at_block), prompts in groups.items():
+            outs = generate_greedy_batch(self.loaded.model, self.loaded.tokenizer, [list(p) for p in prompts],
+                                         max_new_tokens=max_tokens, batch_size=self.batch_size,
+                                         stop_text=code_block_closed if stop_at_block else None,
+                                         progress=finished.step)
+            self._greedy.update({(p, max_tokens, stop_at_block): out for p, out in zip(prompts, outs, strict=True)})
+        finished.add(sum(k in new for k in keys) - len(missing))  # repeats of a prompt decoded once
+
+
+class _Finished:
+    """How many answers of a `generate_batch` call are done, reported to its `progress`."""
+
+    def __init__(self, total: int, progress: Progress | None):
+        self.total, self.progress, self.done = total, progress, 0
+
+    def add(self, n: int) -> None:
+        if n > 0:
+            self.done = min(self.total, self.done + n)
+            if self.progress is not None:
+                self.progress(self.done, self.total)
+
+    def step(self, _finished: int, _total: int) -> None:
+        """A `generate_greedy_batch` progress callback: one more answer is done."""
+        self.add(1)
