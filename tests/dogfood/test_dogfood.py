@@ -196,3 +196,25 @@ def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base):
         _cfg(tmp_path / "x", tiny_base, budget="30m", rounds=2)
     with pytest.raises(UsageError, match="expected a duration"):
         _cfg(tmp_path / "x", tiny_base, budget="soon")
+
+
+def test_a_short_budgeted_schedule_doubles_the_cpu_presets_learning_rate_unless_the_user_set_one(tmp_path, tiny_base,
+                                                                                                  monkeypatch):
+    """The plan's lr_scale reaches the trained config on the cpu preset; a rate given in `train:` is kept."""
+    from mens.dogfood import stages
+    from mens.dogfood.pipeline import Pipeline
+    from mens.train.presets import load_preset
+
+    plan = {"steps": 2, "eval_every": 2, "max_time_s": 0.0, "lr_scale": 2.0, "note": "2 of 9 steps fit"}
+    monkeypatch.setattr(stages, "_budget_plan", lambda *_: plan)
+    cpu_lr = load_preset("cpu")["learning_rate"]
+    for name, train, want in (("default", {"preset": "cpu"}, 2 * cpu_lr),
+                              ("own", {"preset": "cpu", "optimizer.learning_rate": 1e-4}, 1e-4)):
+        out = tmp_path / name
+        pipeline = Pipeline(_cfg(out, tiny_base, budget="1h", quick=False, train=train, synthetic=5, tasks=5,
+                                 requests=False, dev_pairs=False), log=lambda _: None)
+        pipeline.stages = [s for s in pipeline.stages if s[0] in ("extract", "validate", "pairs", "generate", "mix",
+                                                                     "heldout", "train")]
+        pipeline.run()
+        config = json.loads((out / "run" / "training_manifest.json").read_text())["config"]
+        assert config["learning_rate"] == pytest.approx(want) and config["max_steps"] == 2, name

@@ -145,6 +145,11 @@ def quick_preset() -> dict:
     return {**data, "train": check_layer(data.get("train") or {}, where)}
 
 
+def has_setting(tree: dict, path: str) -> bool:
+    """Whether a `train:` block sets `path` (`optimizer.learning_rate`), nested or as a dotted key."""
+    return _has(tree, path) or path in tree or path.rsplit(".", 1)[-1] in tree
+
+
 def _has(tree: dict, path: str) -> bool:
     for part in path.split("."):
         if not isinstance(tree, dict) or part not in tree:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from mens.dogfood.pipeline import Context
+from mens.dogfood.pipeline import Context, has_setting
 from mens.errors import GateFailed
 from mens.run_records import (
     BENCHMARK,
@@ -197,6 +197,9 @@ def train(ctx: Context, **round_kw) -> str:
         plan = _budget_plan(ctx, tc, budget_s)
         tc.max_steps, tc.eval_every = plan["steps"], plan["eval_every"]
         tc.max_time_s = plan.get("max_time_s") or 0.0  # the budget holds on a machine that slows down mid-run
+        # measured on the cpu preset only; a rate the user chose is theirs
+        if tc.preset == "cpu" and not has_setting(ctx.cfg.train, "optimizer.learning_rate"):
+            tc.learning_rate *= plan.get("lr_scale") or 1.0
         budget_note = f"; budget {ctx.cfg.budget}: {plan['note']}"
         ctx.log(f"    budget {ctx.cfg.budget}: {plan['note']}")
     ctx.log(f"    preset {tc.preset}, backend {tc.backend}, device {tc.device}, "
