@@ -71,3 +71,14 @@ def test_dogfood_flags_and_train_overrides_fill_one_block(tmp_path, monkeypatch)
     assert seen[0].train == {"schedule": {"max_steps": 5, "warmup_steps": 2}, "optimizer": {"learning_rate": 2e-3}}
     with pytest.raises(ConfigError, match=r"--train 'schedule.warmup=2': unknown key"):
         app(args=["dogfood", "-o", str(tmp_path / "df"), "--train", "schedule.warmup=2"], standalone_mode=False)
+
+
+def test_a_full_run_is_budgeted_to_30_minutes_unless_its_length_is_asked_for(tmp_path):
+    """The default run fits 30 minutes; --budget none, --quick, --rounds 2 and an explicit length keep the recipe's."""
+    assert DogfoodConfig(output_dir=tmp_path).budget == "30m"
+    assert DogfoodConfig(output_dir=tmp_path, budget="1h").budget == "1h"
+    assert DogfoodConfig(output_dir=tmp_path, budget="none").budget == "none"
+    assert DogfoodConfig(output_dir=tmp_path, quick=True).budget is None
+    assert DogfoodConfig(output_dir=tmp_path, rounds=2).budget is None
+    assert DogfoodConfig(output_dir=tmp_path, train={"schedule": {"epochs": 1}}).budget is None
+    assert DogfoodConfig(output_dir=tmp_path, train={"schedule.max_steps": 50}).budget is None

@@ -45,9 +45,10 @@ def dogfood(
                                           "(default 8, quick 2; a number >= the held-out count sends all)."),
     seed: int = typer.Option(0, "--seed", help="Seed for phrasings, synthetic data and the mix."),
     resume: bool = typer.Option(False, "--resume", help="Continue a run in --output-dir, skipping finished stages."),
-    budget: str = typer.Option(None, "--budget", help="Wall-clock budget for the whole run (30m, 1h): training "
-                                                      "gets the steps that fit, timed on this machine by a few "
-                                                      "probe steps. Default: the recipe's own length."),
+    budget: str = typer.Option(None, "--budget", help="Wall-clock budget for the whole run (30m, 1h, none): "
+                                                      "training gets the steps that fit, timed on this machine by a "
+                                                      "few probe steps. Default 30m (none with --quick, --rounds 2, "
+                                                      "--epochs or --max-steps); none trains the whole recipe."),
 ) -> int:
     """Run the whole pipeline on the embedded Vox corpus: data, held-out bench, base eval, train, eval, gate,
     merge, model card and report."""

@@ -35,6 +35,10 @@ from mens.run_records import (
 
 STATE = DOGFOOD_STATE
 SUMMARY = DOGFOOD_SUMMARY
+DEFAULT_BUDGET = "30m"
+"""`mens dogfood`'s wall-clock budget when none is given (`--budget none`: the whole recipe, 1.2-1.6 h on 2 CPU cores).
+On 2 AMD EPYC cores it trains 214 of the recipe's 742 steps and the run ends in under 30 minutes
+(docs/benchmarks.md, "A 30-minute budget")."""
 SHORT_SYSTEM_PROMPT = "You are an expert Vox programmer. Answer with valid, current Vox code only."
 """The first line of the packaged prompt. The full one is ~270 tokens, four times a typical pair: on CPU it
 would cost most of the training time and teaches a 135M base little; dogfood trains, evaluates and serves
@@ -91,7 +95,9 @@ class DogfoodConfig:
     resume: bool = False
     budget: str | None = None
     """Wall-clock budget for the whole run (`30m`, `1h`): training gets the steps that fit, measured on this
-    machine by a few probe steps (mens.dogfood.budget); None = the recipe's own length, however long it takes."""
+    machine by a few probe steps (mens.dogfood.budget); `none` = the recipe's own length, however long it takes.
+    Unset: DEFAULT_BUDGET for a full one-round run whose length the user did not set; none for --quick,
+    --rounds 2 or a run given --epochs/--max-steps."""
 
     def __post_init__(self) -> None:
         from mens.train.resolve import check_layer
@@ -105,6 +111,8 @@ class DogfoodConfig:
             raise UsageError(f"--rounds {self.rounds}: use 1 or 2")
         if self.dev_pairs is None:
             self.dev_pairs = self.rounds == 1
+        if self.budget is None:
+            self.budget = self.default_budget()
         if self.budget is not None:
             from mens.dogfood.budget import parse_budget
 
@@ -114,6 +122,12 @@ class DogfoodConfig:
         if own := [k for k in OWN_TRAIN_KEYS if _has(self.train, k)]:
             raise UsageError(f"dogfood train overrides: {', '.join(own)} are set by dogfood itself (its data, run "
                              "directories and stages); use `mens dogfood --model/--device/--seed` instead")
+
+    def default_budget(self) -> str | None:
+        """The budget of a run that names none: DEFAULT_BUDGET, unless it is a smoke run (--quick), a data loop
+        (--rounds 2) or its length was asked for (--epochs / --max-steps)."""
+        asked = any(has_setting(self.train or {}, k) for k in ("schedule.max_steps", "schedule.epochs"))
+        return None if self.quick or self.rounds == 2 or asked else DEFAULT_BUDGET
 
     @property
     def gate_enforced(self) -> bool:
