@@ -104,3 +104,12 @@ def test_a_failed_write_leaves_the_previous_file_and_no_temp_file(tmp_path, monk
 def test_checkpoint_parts_an_older_mens_wrote_read_as_the_current_format():
     assert rr.current_format("mens.checkpoint.v2") == rr.CHECKPOINT_FORMAT
     assert rr.current_format(rr.RNG_FORMAT) == rr.RNG_FORMAT and rr.current_format(None) is None
+
+
+def test_a_field_left_at_its_default_is_not_written():
+    """Readers of the files mens wrote before these records test for a key's presence (no `base` without a base)."""
+    data = rr.BenchmarkResults.parse({"schema": "vox_mens_benchmark_results_v1", "metrics": {"pass_at_1": 0.5}},
+                                     "x").to_json()
+    assert data == {"schema": "vox_mens_benchmark_results_v1", "metrics": {"pass_at_1": 0.5}}
+    assert rr.GateReceipt(policy="p", report=None).to_json() == {"schema": "vox_mens_gate_receipt_v1", "policy": "p",
+                                                                 "report": None}

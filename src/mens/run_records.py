@@ -118,8 +118,9 @@ class Record(BaseModel):
         return data
 
     def to_json(self) -> dict:
-        """The record as written: `schema` first, unset optional fields included as null."""
-        return self.model_dump(mode="json", by_alias=True)
+        """The record as written: `schema` first, then the fields that were given (a field left at its default is
+        left out, as readers of the files mens wrote before these records expect: no `base` key without a base)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
     def write(self, path: str | Path) -> Path:
         """Write atomically and durably; returns the path."""

@@ -57,7 +57,7 @@ def eval_local(
         at_k = f"  pass@{k} {m['pass_at_k']:.3f}" if k > 1 else ""
         typer.echo(f"{mode:12s} non-empty parse rate {m['nonempty_parse_rate']:.3f}  pass@1 {m['pass_at_1']:.3f}"
                    f"{at_k}  coverage {m['coverage']:.3f}  ({m['tasks']} tasks)")
-    if "base" in report:
+    if report.get("base"):
         b = report["base"]["metrics"]
         typer.echo(f"{'base':12s} non-empty parse rate {b['nonempty_parse_rate']:.3f}  pass@1 {b['pass_at_1']:.3f}")
     typer.echo(f"wrote {out}")
