@@ -174,9 +174,9 @@ def memory(device: str) -> dict:
 
 def run_mens(a: dict, work: Path) -> dict:
     """mens through its public entry point (`run_training`), timed by a hook on its step telemetry."""
+    from mens.run_records import MANIFEST
     from mens.train import telemetry
     from mens.train.config import TrainConfig
-    from mens.train.manifest import MANIFEST
     from mens.train.run import run_training
 
     clock, emit = StepClock(a["device"]), telemetry.Telemetry.emit

@@ -88,8 +88,8 @@ def _finish(result: dict, train_s: float, start_ts: float) -> dict:
 
 
 def run_mens(data: Path, tmp: Path, backend: str, pack: bool, args) -> dict:
+    from mens.run_records import MANIFEST
     from mens.train.config import TrainConfig
-    from mens.train.manifest import MANIFEST
     from mens.train.run import run_training
     from mens.train.telemetry import read_events
 

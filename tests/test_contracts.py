@@ -43,7 +43,7 @@ def test_merge_handoff_validates_against_the_original_schema(tmp_path, make_tiny
 @pytest.mark.parametrize("failed_early", [False, True])
 def test_preflight_file_validates_against_the_original_schema(tmp_path, failed_early):
     from mens.errors import DataError
-    from mens.train.manifest import PREFLIGHT
+    from mens.run_records import PREFLIGHT
     from mens.train.preflight import Preflight
 
     schema = _schema("training-preflight.schema.json")

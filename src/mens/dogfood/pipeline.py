@@ -33,8 +33,6 @@ from mens.run_records import (
     write_json,
 )
 
-STATE = DOGFOOD_STATE
-SUMMARY = DOGFOOD_SUMMARY
 DEFAULT_BUDGET = "30m"
 """`mens dogfood`'s wall-clock budget when none is given (`--budget none`: the whole recipe, 1.2-1.6 h on 2 CPU cores).
 On 2 AMD EPYC cores it trains 214 of the recipe's 742 steps and the run ends in under 30 minutes
@@ -210,14 +208,14 @@ class Pipeline:
         ]
 
     def _state(self) -> dict:
-        p = self.ctx.path(STATE)
+        p = self.ctx.path(DOGFOOD_STATE)
         state = read_json(p) if p.is_file() else {}
         if not isinstance(state, dict):
             raise UsageError(f"{p}: expected a JSON object (the stage record); remove it or choose a new --output-dir")
         return state
 
     def _save(self, state: dict) -> None:
-        write_json(self.ctx.path(STATE), state)
+        write_json(self.ctx.path(DOGFOOD_STATE), state)
 
     def prepare(self) -> dict:
         out = self.cfg.output_dir
@@ -226,8 +224,8 @@ class Pipeline:
             raise UsageError(f"--output-dir {out} is not empty; pass --resume to continue that run (finished "
                              "stages are skipped) or choose a new directory")
         if self.cfg.resume and state.get("config") and state["config"] != _config_json(self.cfg):
-            raise UsageError(f"--resume: {out / STATE} was written with other settings; rerun with the same flags "
-                             "or choose a new --output-dir")
+            raise UsageError(f"--resume: {out / DOGFOOD_STATE} was written with other settings; rerun with the same "
+                             "flags or choose a new --output-dir")
         out.mkdir(parents=True, exist_ok=True)
         state.setdefault("config", _config_json(self.cfg))
         state.setdefault("stages", {})
@@ -296,7 +294,7 @@ class Pipeline:
             merged=str(self.ctx.path("merged")), card=str(self.ctx.run / MODEL_CARD),
             report=str(self.ctx.run / REPORT),
         ).to_json()
-        write_json(self.ctx.path(SUMMARY), out)
+        write_json(self.ctx.path(DOGFOOD_SUMMARY), out)
         return out
 
 

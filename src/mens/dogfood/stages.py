@@ -22,6 +22,7 @@ from mens.errors import GateFailed
 from mens.run_records import (
     BENCHMARK,
     BUDGET,
+    DOGFOOD_STATE,
     HELDOUT_SPLIT,
     MERGE_PARITY,
     BenchmarkResults,
@@ -219,13 +220,12 @@ def _budget_plan(ctx: Context, tc, budget_s: float) -> dict:
     from dataclasses import asdict
 
     from mens.dogfood.budget import cpu_name, plan_budget, probe_training, write_plan
-    from mens.dogfood.pipeline import STATE
     from mens.train.run import cpu_has_native_bf16
 
     path = ctx.path("data", BUDGET)
     if path.is_file():
         return read_json(path)
-    stages = read_json(ctx.path(STATE)).get("stages", {})
+    stages = read_json(ctx.path(DOGFOOD_STATE)).get("stages", {})
     t0 = time.time()
     probe = probe_training(tc, ctx.path("budget_probe"))
     elapsed = sum(v.get("seconds") or 0 for v in stages.values()) + (time.time() - t0)

@@ -30,11 +30,11 @@ def gate_after_training(run_dir: str | Path, gate_file: str | Path | None, *, be
     from mens.evaluate.local import eval_local
 
     run = Path(run_dir)
-    wants_base = "min_gain_over_base" in load_gate_thresholds(gate_file)
-    report = eval_local(run, bench, language=language, limit=limit, compare_base=wants_base,
+    thresholds = load_gate_thresholds(gate_file)
+    report = eval_local(run, bench, language=language, limit=limit, compare_base="min_gain_over_base" in thresholds,
                         max_new_tokens=max_new_tokens, device=device)
     failure: GateFailed | None = None
-    if not load_gate_thresholds(gate_file):
+    if not thresholds:
         receipt = no_gates_receipt(run, "no thresholds set: the benchmark ran without gates")
     else:
         try:

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mens.errors import DataError, ModelError, UsageError
-from mens.merge.handoff import HANDOFF_FILE, chat_template_family, ollama_modelfile, write_gguf_handoff
+from mens.merge.handoff import chat_template_family, ollama_modelfile, write_gguf_handoff
 from mens.model.embedded import cache_root
-from mens.run_records import ADAPTER_CONFIG, MANIFEST, SERVING, SYSTEM_PROMPT, TrainingManifest, read_json
+from mens.run_records import ADAPTER_CONFIG, HANDOFF, MANIFEST, SERVING, SYSTEM_PROMPT, TrainingManifest, read_json
 
 QUANTS = ("f16", "q8_0", "q4_k_m")
 CONVERTER = "convert_hf_to_gguf.py"
@@ -364,7 +364,7 @@ def _base_model(source: Path, where: Path) -> str:
     manifest = TrainingManifest.read_optional(where / MANIFEST)
     if manifest is not None and manifest.base_model_path:
         return manifest.base_model_path
-    handoff = read_json(where / HANDOFF_FILE) if (where / HANDOFF_FILE).is_file() else None
+    handoff = read_json(where / HANDOFF) if (where / HANDOFF).is_file() else None
     value = handoff.get("base_model") if isinstance(handoff, dict) else None
     return value if isinstance(value, str) and value else str(source)
 

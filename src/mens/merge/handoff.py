@@ -9,8 +9,6 @@ from mens.run_records import HANDOFF, SERVING, write_json
 
 HANDOFF_SCHEMA = "vox_external_serving_handoff_v1"
 """The original's hand-off id (its JSON schema fixes it), not a mens record id."""
-HANDOFF_FILE = HANDOFF
-SERVING_FILE = SERVING
 
 # Ollama's TEMPLATE is a Go template, not the tokenizer's Jinja, so each chat format is written out once here, for
 # the families whose Jinja template is fixed text (the others differ from model to model and are refused). Ollama
@@ -106,9 +104,9 @@ def write_handoff(out: Path, *, name: str, base_model: str, run_dir: Path | None
         "tokenizer_source": str(out / "tokenizer.json"),
         "prompt_format": PROMPT_FORMATS.get(family or "", "tokenizer_chat_template"),
         "notes": "The merged directory loads with plain transformers; its chat template adds the training system "
-                 f"prompt when a request has none. Ready commands and stop strings: {out / SERVING_FILE}.",
+                 f"prompt when a request has none. Ready commands and stop strings: {out / SERVING}.",
     }
-    path = write_json(out / HANDOFF_FILE, doc)
+    path = write_json(out / HANDOFF, doc)
     write_json(out / SERVING, {"name": name, "stop": stops, "commands": commands})
     return path
 
@@ -136,8 +134,8 @@ def write_gguf_handoff(out: Path, *, name: str, gguf: Path, base_model: str, mod
         "tokenizer_source": str(gguf),
         "prompt_format": PROMPT_FORMATS.get(family or "", "tokenizer_chat_template"),
         "notes": "A GGUF file for llama.cpp and Ollama; its chat template adds the training system prompt when a "
-                 f"request has none (llama.cpp: pass --jinja). Ready commands and stop strings: {out / SERVING_FILE}.",
+                 f"request has none (llama.cpp: pass --jinja). Ready commands and stop strings: {out / SERVING}.",
     }
-    path = write_json(out / HANDOFF_FILE, doc)
+    path = write_json(out / HANDOFF, doc)
     write_json(out / SERVING, {"name": name, "gguf": str(gguf), "stop": stops, "commands": commands})
     return path

@@ -13,8 +13,6 @@ from pathlib import Path
 from mens.errors import ModelError
 from mens.run_records import ADAPTER_CONFIG, MANIFEST, SYSTEM_PROMPT, TrainingManifest, read_json
 
-SYSTEM_PROMPT_FILE = SYSTEM_PROMPT  # the name merge, export and publish import from here
-
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 """Config attributes that name a model's context length, in the order they are trusted."""
 
@@ -91,7 +89,7 @@ def load_for_inference(path: str | Path, *, device: str = "auto") -> LoadedModel
         model = AutoModelForCausalLM.from_pretrained(p, dtype=torch.bfloat16 if dev == "cuda" else torch.float32)
         model.to(dev)
         tokenizer = AutoTokenizer.from_pretrained(p)
-        sp = p / SYSTEM_PROMPT_FILE
+        sp = p / SYSTEM_PROMPT
         system_prompt = sp.read_text(encoding="utf-8") if sp.is_file() else None
         return LoadedModel(model.eval(), tokenizer, system_prompt, p.name, "model")
     raise ModelError(f"{p}: not a run directory (adapter_config.json) nor a model directory (config.json); "

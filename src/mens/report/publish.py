@@ -41,7 +41,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 MERGED_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "Modelfile")
 RESULT_FILES = (GATE_RECEIPT, MERGE_PARITY)
-HANDOFF_FILE = HANDOFF  # written by `mens merge`; names the run the weights came from
 
 
 @dataclass
@@ -66,9 +65,9 @@ def resolve_source(path: str | Path, run: str | Path | None = None) -> Source:
                          "pass the --output-dir of `mens train`, or the -o of `mens merge`")
     if run is None and (p / MANIFEST).is_file():
         run = p  # a full fine-tune: the run directory holds the weights
-    if run is None and (p / HANDOFF_FILE).is_file():
+    if run is None and (p / HANDOFF).is_file():  # written by `mens merge`; names the run the weights came from
         try:
-            named = json.loads((p / HANDOFF_FILE).read_text(encoding="utf-8")).get("adapter_path")
+            named = json.loads((p / HANDOFF).read_text(encoding="utf-8")).get("adapter_path")
         except json.JSONDecodeError:
             named = None
         if named and Path(named).is_dir():

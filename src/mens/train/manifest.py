@@ -8,8 +8,6 @@ import json
 import platform
 import sys
 
-from mens.run_records import MANIFEST, PREFLIGHT, SUMMARY, write_json  # noqa: F401  (re-exported for bench scripts)
-
 EXECUTION_KERNEL = "torch-peft-loop-v1"
 
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import yaml
 
 from mens.errors import ConfigError
-from mens.run_records import CONFIG as CONFIG_FILE
-from mens.run_records import MANIFEST
+from mens.run_records import CONFIG, MANIFEST
 from mens.train.config import FLAT, RESUMABLE, SPECS, TrainConfig, get_path
 
 
@@ -26,7 +25,7 @@ def taken_problem(cfg: TrainConfig) -> str | None:
 def resume_problem(cfg: TrainConfig) -> str | None:
     """Why `--resume` is refused: the requested settings differ from the run's config.yaml in a key that must not
     change on resume (every key but RESUMABLE); None when they match or the run has no config.yaml."""
-    path = Path(cfg.output_dir) / CONFIG_FILE
+    path = Path(cfg.output_dir) / CONFIG
     if not cfg.resume or not path.is_file():
         return None
     try:
@@ -52,7 +51,7 @@ def write_run_config(cfg: TrainConfig) -> Path:
     """Write RUN/config.yaml (temp file + rename, so a reader never sees half of it); returns its path."""
     run = Path(cfg.output_dir)
     run.mkdir(parents=True, exist_ok=True)
-    path = run / CONFIG_FILE
+    path = run / CONFIG
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(f"# The resolved training config of this run; replay it with: mens train {path} "
                    "output_dir=NEW\n" + cfg.to_yaml(), encoding="utf-8")
