@@ -17,6 +17,7 @@ import yaml
 from train_tiny import tiny_config, vox_rows, write_jsonl
 
 from mens.errors import ConfigError
+from mens.train import fsdp
 from mens.train.distributed import Dist
 from mens.train.fsdp import decide
 from mens.train.loop import lockstep_passes
@@ -207,3 +208,22 @@ def test_fsdp_uneven_shares_stay_in_lockstep(tmp_path, tiny_model_dir):
     print(f"uneven shares: fsdp x2 vs single: adapter {diff:.2e}, val loss {val}")
     # 9 steps, micro-batches of 1 row vs 4: the replicated run (--fsdp off) measures 4.3e-6 here, FSDP 3.9e-6.
     assert diff < TOL["lora"] and abs(val[0] - val[1]) < 1e-5
+
+
+def test_process_memory_honours_the_allocator_cap(monkeypatch):
+    """A run held to part of a card (torch's per-process fraction) sizes its choices to that part, not the card."""
+    import types
+
+    import torch
+
+    props = types.SimpleNamespace(total_memory=80 * 2**30)
+
+    def fraction(index):  # torch's own check: a bare torch.device("cuda") is refused there
+        assert isinstance(index, int), index
+        return 0.2
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", fraction)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert fsdp.process_memory_gb("cuda:1") == pytest.approx(16.0)
+    assert fsdp.process_memory_gb("cuda") == pytest.approx(16.0)

@@ -69,11 +69,19 @@ def choose(mode: str, *, world: int, device: str, model_config: dict, backend: s
 
 
 def process_memory_gb(device: str) -> float | None:
-    """Memory one process may use: its own GPU's, or on CPU the machine's RAM split among the node's processes."""
+    """Memory one process may use: its own GPU's (times the allocator cap `torch.cuda.set_per_process_memory_fraction`
+    set, if any: a shared card, or a run held to a smaller card's memory), or on CPU the machine's RAM split among
+    the node's processes."""
     if device.startswith("cuda"):  # not probe_device: it would open a context on GPU 0 from every rank
         import torch
 
-        return torch.cuda.get_device_properties(torch.device(device)).total_memory / 2**30
+        index = torch.device(device).index
+        index = torch.cuda.current_device() if index is None else index  # the API wants an index, not bare "cuda"
+        try:
+            share = torch.cuda.get_per_process_memory_fraction(index)
+        except (AttributeError, RuntimeError, ValueError):  # an older torch without it
+            share = 1.0
+        return torch.cuda.get_device_properties(index).total_memory * share / 2**30
     from mens.train.probe import probe_device
 
     ram = probe_device("cpu").get("memory_gb")
