@@ -24,6 +24,18 @@ def test_autocast_setting_resolves_per_device(monkeypatch):
     assert autocast_dtype("bf16", "cpu", "lora") is None  # emulated bf16 would be slower than f32
 
 
+@pytest.mark.parametrize("backend", ["qlora", "lora", "full"])
+def test_auto_is_bf16_for_every_backend_on_a_bf16_gpu(monkeypatch, backend):
+    """On a bf16 GPU the adapter path trains in bf16 too (peft would otherwise run it, and save its inputs, in f32);
+    `off` keeps f32, and a GPU without bf16 stays f32."""
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert autocast_dtype("auto", "cuda", backend) == "bf16"
+    assert autocast_dtype("auto", "cuda:1", backend) == "bf16"
+    assert autocast_dtype("off", "cuda", backend) is None
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert autocast_dtype("auto", "cuda", backend) is None
+
+
 def test_bad_settings_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="autocast = 'fp8'"):
         TrainConfig(data=str(tmp_path), output_dir=str(tmp_path / "o"), autocast="fp8")

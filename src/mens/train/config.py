@@ -54,8 +54,8 @@ class ModelConfig(Section):
     backend: Literal["qlora", "lora", "full"] = "qlora"
     """qlora (NF4 base + LoRA), lora (full-precision base + LoRA) or full (all weights train)."""
     autocast: Literal["auto", "bf16", "off"] = "auto"
-    """Matmul precision (weights and optimizer stay f32): "auto" = bf16 for full fine-tuning on a CUDA GPU with
-    bf16 (LoRA/QLoRA bases are bf16 there already), f32 elsewhere; "bf16" = bf16 autocast wherever the device
+    """Matmul precision (weights and optimizer stay f32): "auto" = bf16 on a CUDA GPU with bf16 (every backend:
+    the LoRA path and its saved activations too), f32 elsewhere; "bf16" = bf16 autocast wherever the device
     does bf16 natively (CUDA; CPUs with AVX512-BF16 or AMX), f32 where it would be emulated; "off" = f32."""
     gradient_checkpointing: bool | None = None
     """Recompute activations in backward (less memory, ~30% slower). Unset = chosen from the memory estimate (as

@@ -100,7 +100,11 @@ def autocast_dtype(setting: str, device: str, backend: str) -> str | None:
 
     cuda_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
     if setting == "auto":
-        return "bf16" if cuda_bf16 and backend == "full" else None
+        # Every backend on a bf16 GPU. A LoRA/QLoRA base computes in bf16 anyway, but peft casts each adapted
+        # projection's input to the f32 adapter dtype: without autocast the adapter path runs, and saves its inputs
+        # for backward, in f32 (on an H200, Qwen2.5-0.5B at 2 x 2048 tokens, mens then peaked at 1.17-1.19x the
+        # memory of TRL, which trains under bf16 autocast; bench/results/gpu_train_speed-h200.json).
+        return "bf16" if cuda_bf16 else None
     if setting == "bf16":
         # On CPU, measured on SmolLM2-135M LoRA (Zen 4, 2 cores): 1.3-1.4x the tokens/s of f32, same loss curve.
         return "bf16" if cuda_bf16 or (device == "cpu" and cpu_has_native_bf16()) else None
