@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# One device call for bench/gpu_train_speed.py: install the carried wheels (bench/gpu_wheels.sh, carried as .whl),
-# print versions and the GPU, check that bitsandbytes runs a 4-bit linear, smoke every run for 2 steps on tiny shapes
-# (a broken path costs seconds), then the timed runs. Everything lands under $OUT (JSON + log).
-# Run (through the device tool): command `bash bench/gpu_call.sh`, carry [".whl"], timeout_s 600.
-# Environment: BUDGET_S (timed runs' budget, default 400), ARGS (extra flags for the timed runs), SMOKE_ONLY=1.
+# One device call for the GPU benchmarks: install the carried wheels (bench/gpu_wheels.sh, carried as .whl), print
+# versions and the GPU, check that bitsandbytes runs a 4-bit linear, then by MODE:
+#   smoke (first call): every run of bench/gpu_train_speed.py for 2 steps on tiny shapes (a broken path costs
+#          seconds), `mens probe`, and bench/gpu_headline.py (the qwen_4080_16g job on a Qwen3.5-4B shape, capped at
+#          a 16 GB card's memory);
+#   timed: the timed runs of bench/gpu_train_speed.py (--grouped: one process per shape, imports paid once);
+#   all:   both, smoke first.
+# Everything lands under $OUT (JSON + log).
+# Run (through the device tool): command `MODE=smoke bash bench/gpu_call.sh`, carry [".whl"], timeout_s 600.
+# Environment: MODE (default all), BUDGET_S (timed runs' budget, default 400), ARGS (extra flags for the timed runs),
+# HEADLINE_ARGS (extra flags for gpu_headline.py).
 set -o pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}
@@ -33,12 +39,24 @@ x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 lin(x).float().sum().backward()
 print("bitsandbytes 4-bit linear ok:", tuple(x.grad.shape))
 EOF
-  echo "== smoke: every run, 2 steps, tiny shapes"
-  $PY bench/gpu_train_speed.py --device cuda --tiny --smoke --budget-s 150 \
-    --out "$OUT/gpu_train_speed-smoke-$HOST.json" || echo "smoke: some runs failed (see above); timing the rest"
-  [ "${SMOKE_ONLY:-0}" = 1 ] && exit 0
-  echo "== timed runs"
-  # shellcheck disable=SC2086  # ARGS is a list of flags
-  $PY bench/gpu_train_speed.py --device cuda --budget-s "${BUDGET_S:-400}" ${ARGS:-} \
-    --out "$OUT/gpu_train_speed-$HOST.json"
+  MODE=${MODE:-all}
+  if [ "$MODE" != timed ]; then
+    if [ "${SKIP_SMOKE:-0}" != 1 ]; then
+      echo "== smoke: every run, 2 steps, tiny shapes"
+      $PY bench/gpu_train_speed.py --device cuda --tiny --smoke --budget-s 150 \
+        --out "$OUT/gpu_train_speed-smoke-$HOST.json" || echo "smoke: some runs failed (see above)"
+      echo "== mens probe"
+      $PY -c "from mens.cli.main import main; main(['probe'])" || echo "probe failed"
+    fi
+    echo "== headline: qwen_4080_16g on a Qwen3.5-4B shape under a 16 GB cap"
+    # shellcheck disable=SC2086  # HEADLINE_ARGS is a list of flags
+    $PY bench/gpu_headline.py --device cuda ${HEADLINE_ARGS:-} --out "$OUT/gpu_headline-$HOST.json" \
+      || echo "headline: exit $?"
+  fi
+  if [ "$MODE" != smoke ]; then
+    echo "== timed runs"
+    # shellcheck disable=SC2086  # ARGS is a list of flags
+    $PY bench/gpu_train_speed.py --device cuda --grouped --budget-s "${BUDGET_S:-400}" ${ARGS:-} \
+      --out "$OUT/gpu_train_speed-$HOST.json"
+  fi
 } 2>&1 | tee "$LOG"

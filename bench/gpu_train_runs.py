@@ -57,12 +57,6 @@ SHARED = {"learning_rate": 2e-4, "weight_decay": 0.01, "max_grad_norm": 1.0, "r"
           "lora_dropout": 0.05, "seed": 42, "warmup_steps": 0}
 
 
-def vocab_words(shape: str, tiny: bool) -> int:
-    """How many `w<i>` words the synthetic tokenizer has (at most 32000: ids spread over the embedding's rows)."""
-    vocab = (TINY[shape] if tiny else {}).get("vocab_size", SHAPES[shape]["vocab_size"])
-    return min(vocab - len(SPECIALS), 32000)
-
-
 def model_config(shape: str, tiny: bool):
     """The transformers config of a shape (Qwen2Config or Qwen3_5TextConfig), shrunk with --tiny."""
     from transformers import AutoConfig
@@ -71,31 +65,60 @@ def model_config(shape: str, tiny: bool):
     return AutoConfig.for_model(**values)
 
 
-def build_tokenizer(n_words: int):
-    """A word-level tokenizer: `w0 .. w{n-1}` plus ChatML markers, so synthetic text maps 1:1 to known ids."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
+def build_tokenizer():
+    """A byte-level BPE with no merges (every character one token) plus the ChatML markers.
+
+    Byte-level because transformers 5 does not load a saved tokenizer as written: it rebuilds it as the model
+    type's own class (Qwen2Tokenizer for qwen2 and qwen3_5_text), keeping the vocabulary and merges and putting its
+    own pre-tokenizer in front. A word-level vocabulary does not survive that (every word became nothing); single
+    bytes do. `prepare` checks the round trip through mens' own loader."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {t: i for i, t in enumerate(SPECIALS + [f"w{i}" for i in range(n_words)])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIALS[:3])
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>",
                                  unk_token="<unk>", additional_special_tokens=["<|im_start|>"])
     hf.chat_template = CHATML
     return hf
 
 
-def write_data(path: Path, *, n_examples: int, seq_len: int, n_words: int, seed: int) -> None:
-    """prompt/response rows of random words; lengths spread so that packing matters (answers ~1/64-3/8 of a row)."""
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def synthetic_text(rng: random.Random, n_tokens: int) -> str:
+    """`n_tokens` characters (so `n_tokens` tokens of build_tokenizer): 4-letter words between single spaces."""
+    return "".join(" " if i % 5 == 4 else rng.choice(LETTERS) for i in range(max(1, n_tokens))).strip() or "a"
+
+
+def write_data(path: Path, *, n_examples: int, seq_len: int, seed: int) -> None:
+    """prompt/response rows of random text; lengths spread so that packing matters (answers ~1/64-3/8 of a row)."""
     rng = random.Random(seed)
 
-    def words(lo: int, hi: int) -> str:
-        return " ".join(f"w{rng.randrange(n_words)}" for _ in range(rng.randint(max(1, lo), max(1, hi))))
+    def text(lo: int, hi: int) -> str:
+        return synthetic_text(rng, rng.randint(max(1, lo), max(1, hi)))
 
     with path.open("w", encoding="utf-8") as f:
         for _ in range(n_examples):
-            row = {"prompt": words(seq_len // 128, seq_len // 16), "response": words(seq_len // 64, seq_len * 3 // 8)}
+            row = {"prompt": text(seq_len // 128, seq_len // 16), "response": text(seq_len // 64, seq_len * 3 // 8)}
             f.write(json.dumps(row) + "\n")
+
+
+def check_tokenizer(model_dir: Path) -> None:
+    """The tokenizer mens loads from `model_dir` encodes synthetic text one token per character: otherwise the
+    runs would train on whatever it made of the text (a wrong benchmark that still runs)."""
+    from mens.model.load import load_tokenizer
+
+    tok = load_tokenizer(model_dir)
+    sample = synthetic_text(random.Random(0), 40)
+    ids = tok(sample, add_special_tokens=False)["input_ids"]
+    if len(ids) != len(sample) or tok.unk_token_id in ids:
+        raise RuntimeError(f"{model_dir}: {type(tok).__name__} encodes {len(sample)} characters of synthetic text as "
+                           f"{len(ids)} tokens ({tok.convert_ids_to_tokens(ids[:8])}...); the bench tokenizer did "
+                           "not survive loading")
 
 
 def prepare(shape: str, tiny: bool, device: str, out: Path) -> dict:
@@ -105,16 +128,16 @@ def prepare(shape: str, tiny: bool, device: str, out: Path) -> dict:
     from transformers import AutoModelForCausalLM
 
     cfg = model_config(shape, tiny)
-    n_words = vocab_words(shape, tiny)
     torch.manual_seed(0)
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
     model.save_pretrained(out)
-    build_tokenizer(n_words).save_pretrained(out)
+    build_tokenizer().save_pretrained(out)
+    check_tokenizer(out)
     types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
     layers = {t: types.count(t) for t in dict.fromkeys(types)}
-    meta = {"shape": shape, "tiny": tiny, "n_words": n_words, "matmul_params": matmul_params(model),
+    meta = {"shape": shape, "tiny": tiny, "matmul_params": matmul_params(model),
             "total_params": sum(p.numel() for p in model.parameters()), "layer_types": layers,
             "config": {k: v for k, v in cfg.to_dict().items() if k in SHAPES[shape] or k == "model_type"},
             "gpu": gpu() if device == "cuda" else None}
@@ -132,10 +155,21 @@ def matmul_params(model) -> int:
 
 
 class StepClock:
-    """Wall time at the end of every optimizer step, after `torch.cuda.synchronize()` on CUDA."""
+    """Wall time at the end of every optimizer step, after `torch.cuda.synchronize()` on CUDA; with `profile`, a
+    torch.profiler record of `profile` steps after the warm-up ones (its overhead makes those runs' rates
+    incomparable: the record is for finding where a step's time goes)."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, profile: int = 0, warmup: int = 0):
         self.device, self.t_start, self.steps = device, None, []
+        self.prof = None
+        if profile:
+            import torch
+            from torch.profiler import ProfilerActivity, schedule
+
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+            # step() is called at each optimizer step's end: skip the warm-up steps, one profiler warm-up, record
+            self.prof = torch.profiler.profile(activities=acts, schedule=schedule(
+                wait=max(0, warmup - 1), warmup=1, active=profile, repeat=1))
 
     def _now(self) -> float:
         if self.device == "cuda":
@@ -145,10 +179,33 @@ class StepClock:
         return time.perf_counter()
 
     def start(self) -> None:
+        if self.prof is not None:
+            self.prof.start()
         self.t_start = self._now()
 
     def step(self, tokens: int, supervised: int, loss: float | None) -> None:
         self.steps.append({"t": self._now(), "tokens": tokens, "supervised": supervised, "loss": loss})
+        if self.prof is not None:
+            self.prof.step()
+
+    def profile_table(self, top: int = 30) -> dict | None:
+        """The recorded steps' ops by self time on the device (CUDA) or the CPU, the largest first."""
+        if self.prof is None:
+            return None
+        self.prof.stop()
+        cuda = self.device == "cuda"
+
+        def self_us(e) -> float:  # torch renamed the CUDA fields to "device" fields
+            if not cuda:
+                return e.self_cpu_time_total
+            return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+
+        events = sorted(self.prof.key_averages(), key=self_us, reverse=True)
+        total = sum(self_us(e) for e in events) or 1.0
+        return {"clock": "device (CUDA kernels)" if cuda else "cpu", "total_ms": round(total / 1e3, 2),
+                "ops": [{"name": e.key[:120], "calls": e.count, "self_ms": round(self_us(e) / 1e3, 3),
+                         "share": round(self_us(e) / total, 4),
+                         "self_cpu_ms": round(e.self_cpu_time_total / 1e3, 3)} for e in events[:top]]}
 
     def timed(self, warmup: int) -> dict:
         """Rates over the steps after `warmup` (their tokens over the time from the end of the last warm-up step)."""
@@ -159,16 +216,20 @@ class StepClock:
         return {"timed_steps": len(timed), "timed_s": round(secs, 3), "timed_input_tokens": tok,
                 "timed_supervised_tokens": sup, "tokens_per_s": round(tok / secs, 1) if secs else None,
                 "supervised_tokens_per_s": round(sup / secs, 1) if secs else None,
-                "step_losses": [s["loss"] for s in self.steps]}
+                "step_losses": [s["loss"] for s in self.steps],
+                **({"profile": self.profile_table()} if self.prof is not None else {})}
 
 
-def memory(device: str) -> dict:
+def memory(device: str, baseline: int = 0) -> dict:
+    """Peak RSS of the process, and on CUDA the run's peak allocation: `baseline` (bytes still allocated when the
+    run started, non-zero only when runs share a process) is taken off, so each run counts only its own tensors."""
     out = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
     if device == "cuda":
         import torch
 
-        out.update(peak_allocated_mb=round(torch.cuda.max_memory_allocated() / 2**20, 1),
-                   peak_reserved_mb=round(torch.cuda.max_memory_reserved() / 2**20, 1))
+        out.update(peak_allocated_mb=round((torch.cuda.max_memory_allocated() - baseline) / 2**20, 1),
+                   peak_reserved_mb=round(torch.cuda.max_memory_reserved() / 2**20, 1),
+                   baseline_allocated_mb=round(baseline / 2**20, 1))
     return out
 
 
@@ -179,7 +240,7 @@ def run_mens(a: dict, work: Path) -> dict:
     from mens.train.config import TrainConfig
     from mens.train.run import run_training
 
-    clock, emit = StepClock(a["device"]), telemetry.Telemetry.emit
+    clock, emit = StepClock(a["device"], a.get("profile", 0), a["warmup"]), telemetry.Telemetry.emit
 
     def timed_emit(self, event, **fields):  # the step event comes after optimizer.step(): the whole step is in it
         if event == "train_start":
@@ -188,13 +249,16 @@ def run_mens(a: dict, work: Path) -> dict:
             clock.step(fields["tokens"], fields["supervised_tokens"], fields["loss"])
         return emit(self, event, **fields)
 
-    telemetry.Telemetry.emit = timed_emit
+    telemetry.Telemetry.emit = timed_emit  # undone below: grouped runs share this process
     cfg = TrainConfig(data=a["data"], output_dir=str(work / "run"), model=a["model_dir"], backend=a["backend"],
                       device=a["device"], max_steps=a["warmup"] + a["steps"], seq_len=a["seq_len"],
                       batch_size=a["batch_size"], grad_accum=a["grad_accum"], val_fraction=0, save_every=0,
                       eval_every=0, pack=a["pack"], min_examples=1, system_prompt="", num_threads=a["threads"],
                       log_every_s=3600, **SHARED)
-    summary = run_training(cfg)
+    try:
+        summary = run_training(cfg)
+    finally:
+        telemetry.Telemetry.emit = emit
     manifest = json.loads((work / "run" / MANIFEST).read_text())
     return {"first_batch_loss": summary["first_loss"], "peft_targets": adapter_targets(work / "run"),
             "matmul_dtype": manifest.get("matmul_dtype"), "packed_rows": manifest["examples"]["train_rows"],
@@ -285,7 +349,7 @@ def run_trl(a: dict, work: Path, liger: bool) -> dict:
     targets = a.get("targets") or {"target_modules": "all-linear"}
     lora = LoraConfig(r=SHARED["r"], lora_alpha=SHARED["lora_alpha"], lora_dropout=SHARED["lora_dropout"],
                       bias="none", task_type="CAUSAL_LM", **targets)
-    clock = StepClock(a["device"])
+    clock = StepClock(a["device"], a.get("profile", 0), a["warmup"])
 
     class Clock(TrainerCallback):
         def on_train_begin(self, *_, **__):
@@ -333,25 +397,35 @@ def worker(a: dict) -> dict:
 
     import torch
 
-    t0 = time.time()
+    t0, baseline = time.time(), 0
     if a["device"] == "cuda":
         torch.cuda.reset_peak_memory_stats()
+        baseline = torch.cuda.memory_allocated()
     with tempfile.TemporaryDirectory() as tmp:
         side = a["side"]
         r = run_mens(a, Path(tmp)) if side == "mens" else run_trl(a, Path(tmp), liger=side == "trl-liger")
-    return {**r, **memory(a["device"]), "process_s": round(time.time() - t0, 1)}
+    return {**r, **memory(a["device"], baseline), "process_s": round(time.time() - t0, 1)}
 
 
-def run_jobs(jobs: list[dict]) -> None:
-    """Several runs in this one process (the smoke test: imports paid once); each builds its model if missing,
-    and a failure is recorded in its result file instead of stopping the rest."""
+def run_jobs(jobs: list[dict], deadline: float | None = None) -> None:
+    """Several runs in this one process (imports paid once: the smoke test, and `--grouped` timed runs); each builds
+    its model if missing, and a failure is recorded in its result file instead of stopping the rest. A run that
+    would end after `deadline` (its job's `est_s`, or the last measured run of its kind) is recorded as skipped."""
     import gc
     import traceback
 
     import torch
 
     targets: dict[str, dict] = {}
+    took: dict[tuple, float] = {}
     for job in jobs:
+        kind = (job["shape"], job["backend"], job["side"])
+        need = took.get(kind, job.get("est_s", 0.0))
+        if deadline and time.time() + need > deadline:
+            rec = {"skipped": f"budget: needs ~{need:.0f} s, {max(0.0, deadline - time.time()):.0f} s left"}
+            Path(job["result"]).write_text(json.dumps(rec))
+            continue
+        t0 = time.time()
         try:
             if not (Path(job["model_dir"]) / "bench_meta.json").is_file():
                 prepare(job["shape"], job["tiny"], job["device"], Path(job["model_dir"]))
@@ -361,7 +435,11 @@ def run_jobs(jobs: list[dict]) -> None:
         except Exception as e:  # noqa: BLE001  (recorded with its traceback, then the next run)
             rec = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
             print(rec["traceback"], flush=True)
+        took[kind] = time.time() - t0
+        rec.setdefault("wall_s", round(took[kind], 1))
         Path(job["result"]).write_text(json.dumps(rec))
+        print(json.dumps({"run": job["result"], **{k: rec.get(k) for k in (
+            "supervised_tokens_per_s", "peak_allocated_mb", "first_batch_loss", "wall_s", "error")}}), flush=True)
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -2,17 +2,18 @@
 third side when liger-kernel imports), LoRA and QLoRA, on Qwen2.5-0.5B-, Qwen2.5-1.5B- and Qwen3.5-0.8B-shaped models.
 
 Models are built from their real configs with random weights (no download); the data are synthetic prompt/answer
-rows of a word-level tokenizer, loss on the answers only. Both sides train on the same packed rows (mens' packing:
-examples first-fit into rows of --seq-len, attention kept inside each example through per-example position ids;
-TRL gets those rows with their example lengths and packs nothing itself) in the same order. Every run is a process of
-its own; runs alternate mens, TRL(, TRL+Liger) and repeat; warm-up steps are not timed; each step end is timed after
-`torch.cuda.synchronize()`, peak memory counts from `reset_peak_memory_stats()` at process start.
+rows of a byte-level tokenizer (one token per character), loss on the answers only. Both sides train on the same
+packed rows (mens' packing: examples first-fit into rows of --seq-len, attention kept inside each example through
+per-example position ids; TRL gets those rows with their example lengths and packs nothing itself) in the same
+order. Every run is a process of its own (--grouped: one per shape, and one per shape for Liger); runs alternate
+mens, TRL(, TRL+Liger) and repeat; warm-up steps are not timed; each step end is timed after
+`torch.cuda.synchronize()`, peak memory counts from `reset_peak_memory_stats()` at the run's start.
 
 MFU = tokens/s x 6 x N / peak, N = every weight a token is multiplied by (decoder + LM head; the embedding lookup
 excluded). The 6N rule counts forward (2N) and backward (4N); a frozen LoRA/QLoRA base skips the weight-gradient
 half of the backward, so the hardware does ~4N of it: the figure is the conventional model-FLOPs utilisation, the
 same formula on every side, not a count of the FLOPs executed. Attention's own FLOPs are not counted.
-Run: `python bench/gpu_train_speed.py [--device cuda|cpu] [--tiny] [--smoke] [--budget-s S] [--repeats N]`;
+Run: `python bench/gpu_train_speed.py [--device cuda|cpu] [--tiny] [--smoke] [--grouped] [--budget-s S] [--repeats N]`;
 writes bench/results/gpu_train_speed-<host>.json (after every run, so a cut-off call still leaves its results).
 """
 
@@ -64,15 +65,17 @@ def plan_runs(shapes, backends, sides, repeats: int) -> list[dict]:
 
 
 def estimate_s(run: dict, a, seen: dict) -> float:
-    """Seconds a run will take: the last measured one of its kind, else overhead + tokens / guessed rate."""
+    """Seconds a run will take: the last measured one of its kind, else overhead + tokens / guessed rate (the
+    overhead is a process start with its imports, or with --grouped only the model load)."""
     key = (run["shape"], run["backend"], run["side"])
     if key in seen:
         return seen[key]
     tokens = (a.warmup + a.steps) * a.batch_size * a.grad_accum * a.seq_len * 0.9
+    grouped = getattr(a, "grouped", False)
     if a.device != "cuda":
-        return 12 + tokens / 3000
+        return (3 if grouped else 12) + tokens / 3000
     rate = RATE_GUESS.get(run["shape"], 10000) * (0.7 if run["backend"] == "qlora" else 1.0)
-    return 25 + tokens / rate
+    return (8 if grouped else 25) + tokens / rate
 
 
 def spread(values: list[float]) -> dict | None:
@@ -161,6 +164,12 @@ def parse_args(argv=None):
     ap.add_argument("--batch-size", type=int, default=2, help="rows per micro-batch")
     ap.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step (default 4; 1 with --tiny)")
     ap.add_argument("--no-pack", dest="pack", action="store_false", help="one example per row on both sides")
+    ap.add_argument("--grouped", action="store_true",
+                    help="one process per shape (and one per shape for Liger) instead of one per run: imports are "
+                         "paid once; each run still counts only its own peak allocation")
+    ap.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                    help="torch.profiler over this many steps after the warm-up, per run: each record gets the ops "
+                         "that take the step's time (rates from profiled runs are not comparable)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (--device cpu)")
     ap.add_argument("--budget-s", type=float, default=480.0, help="skip runs that would end after this")
     ap.add_argument("--peak-tflops", type=float, help="dense bf16 peak for MFU (default: by GPU name)")
@@ -199,11 +208,11 @@ def _job(i: int, run: dict, a, root: Path) -> dict:
     data = root / f"{run['shape']}.train.jsonl"
     if not data.is_file():
         rows = (a.warmup + a.steps) * a.batch_size * a.grad_accum
-        runs.write_data(data, n_examples=rows * 6 + 8, seq_len=a.seq_len,
-                        n_words=runs.vocab_words(run["shape"], a.tiny), seed=runs.SHARED["seed"])
+        runs.write_data(data, n_examples=rows * 6 + 8, seq_len=a.seq_len, seed=runs.SHARED["seed"])
     return {**run, "device": a.device, "tiny": a.tiny, "model_dir": str(root / run["shape"]), "data": str(data),
             "steps": a.steps, "warmup": a.warmup, "seq_len": a.seq_len, "batch_size": a.batch_size,
             "grad_accum": a.grad_accum, "pack": a.pack and run["shape"] not in runs.UNPACKED, "threads": a.threads,
+            "profile": a.profile,
             "result": str(root / f"run{i}.result.json")}
 
 
@@ -218,6 +227,8 @@ def main(argv=None) -> int:
         job = json.loads(a.worker.read_text())
         if isinstance(job, list):
             runs.run_jobs(job)
+        elif "jobs" in job:
+            runs.run_jobs(job["jobs"], job.get("deadline"))
         else:
             Path(job["result"]).write_text(json.dumps(runs.worker(job)))
         return 0
@@ -249,7 +260,8 @@ def orchestrate(a) -> int:
         env.update(OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
     doc = {"bench": "gpu_train_speed", "machine": {**machine(), "versions": versions()}, "gpu": None,
            "settings": {k: getattr(a, k) for k in ("device", "tiny", "smoke", "repeats", "steps", "warmup", "seq_len",
-                                                   "batch_size", "grad_accum", "pack", "budget_s")},
+                                                   "batch_size", "grad_accum", "pack", "budget_s", "grouped",
+                                                   "profile")},
            "shared_settings": runs.SHARED,
            "packing": {s: ("both sides unpacked: one example per row" + (f" ({runs.UNPACKED[s]})"
                                                                           if s in runs.UNPACKED and a.pack else "")
@@ -263,7 +275,7 @@ def orchestrate(a) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = a.workdir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        (_run_smoke if a.smoke else _run_plan)(plan, a, root, env, deadline, doc)
+        (_run_smoke if a.smoke else _run_grouped if a.grouped else _run_plan)(plan, a, root, env, deadline, doc)
     doc["wall_s"] = round(time.time() - t_start, 1)
     _write(a.out, doc)
     print(json.dumps(doc["summary"], indent=1), f"\nwrote {a.out}", flush=True)
@@ -304,6 +316,49 @@ def _run_plan(plan: list[dict], a, root: Path, env: dict, deadline: float, doc: 
         print(json.dumps({k: rec.get(k) for k in ("ok", "supervised_tokens_per_s", "tokens_per_s",
                                                   "peak_allocated_mb", "peak_rss_mb", "first_batch_loss",
                                                   "wall_s", "error")}), flush=True)
+        _write(a.out, doc)
+
+
+def _run_grouped(plan: list[dict], a, root: Path, env: dict, deadline: float, doc: dict) -> None:
+    """The timed runs, one process per shape for mens and TRL (alternating, in plan order), then one per shape for
+    TRL + Liger (it patches model classes process-wide, so it never shares a process with the others): imports are
+    paid once per process. Each run resets the peak counters and takes off what was still allocated when it started
+    (gpu_train_runs.memory); a run that would end past the budget is skipped inside the process."""
+    jobs = [{**_job(i, run, a, root), "est_s": estimate_s(run, a, {})} for i, run in enumerate(plan)]
+    shapes = list(dict.fromkeys(j["shape"] for j in jobs))
+    groups = ([[j for j in jobs if j["shape"] == s and j["side"] != "trl-liger"] for s in shapes]
+              + [[j for j in jobs if j["shape"] == s and j["side"] == "trl-liger"] for s in shapes])
+    targets: dict[str, dict] = {}  # shape -> what mens adapted, for the Liger group's TRL runs
+    keys = ("shape", "backend", "side", "repeat")
+    for group in filter(None, groups):
+        shape = group[0]["shape"]
+        if time.time() + group[0]["est_s"] > deadline:
+            doc["skipped_runs"] += [{**{k: j[k] for k in keys}, "reason": "budget"} for j in group]
+            continue
+        if shape not in doc["models"]:
+            doc["models"][shape] = _model_dir(shape, a, root, env, deadline)
+            doc["gpu"] = doc["gpu"] or doc["models"][shape].pop("gpu", None)
+        if "error" in doc["models"][shape]:
+            doc["results"] += [{**{k: j[k] for k in keys}, "ok": False,
+                                "error": f"model build failed: {doc['models'][shape]['error']}"} for j in group]
+            continue
+        for j in group:
+            j["targets"] = targets.get(shape)
+        batch = root / f"group-{shape}-{group[0]['side']}.json"
+        batch.write_text(json.dumps({"jobs": group, "deadline": deadline}))
+        print(f"group {shape} {'trl-liger' if group[0]['side'] == 'trl-liger' else 'mens+trl'}: {len(group)} runs",
+              flush=True)
+        ok, err = _subprocess([sys.executable, __file__, "--worker", str(batch)], deadline - time.time() + 30, env)
+        for j in group:
+            res = Path(j["result"])
+            rec = json.loads(res.read_text()) if res.is_file() else {
+                "error": err or "no result written: the group's process ended before this run"}
+            if "skipped" in rec:
+                doc["skipped_runs"].append({**{k: j[k] for k in keys}, "reason": rec["skipped"]})
+                continue
+            doc["results"].append({**{k: j[k] for k in keys}, "ok": "error" not in rec, **rec})
+            if j["side"] == "mens" and rec.get("peft_targets"):
+                targets.setdefault(shape, rec["peft_targets"])
         _write(a.out, doc)
 
 

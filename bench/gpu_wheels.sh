@@ -14,6 +14,7 @@ PKGS=(
   liger-kernel==0.8.5                                              # the third side (triton is there)
   pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection  # mens' records
   transformers==5.23.0   # the device has 5.17 (its huggingface-hub 1.33 and tokenizers 0.23.2 suit 5.23)
+  peft==0.21.2           # the project's pin (the device's own peft may predate transformers 5.23)
 )
 PLAT=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64)

@@ -81,6 +81,9 @@ def test_tiny_cpu_mode_trains_both_sides_on_the_same_tokens(tmp_path):
     mens = by_side["mens"]
     assert mens["ok"] and mens["timed_steps"] == 2 and mens["supervised_tokens_per_s"] > 0
     assert mens["peak_rss_mb"] > 0 and mens["peft_targets"]
+    # Real work: rows packed nearly full of the synthetic text (2 timed steps x 2 rows x 128 tokens), not of the
+    # chat markers alone (what a tokenizer that lost the text would leave).
+    assert mens["packed_rows"] >= 6 and mens["timed_input_tokens"] >= 0.8 * 2 * 2 * 128
     if importlib.util.find_spec("trl") is None:
         assert "trl" in doc["skipped_sides"]
         return
@@ -93,3 +96,17 @@ def test_tiny_cpu_mode_trains_both_sides_on_the_same_tokens(tmp_path):
     assert trl["step_losses"][0] == pytest.approx(mens["step_losses"][0], abs=1e-2)
     summary = doc["summary"]["qwen2.5-0.5b/lora"]["mens_over_trl"]
     assert summary["same_timed_tokens"] and summary["supervised_tokens_per_s"]["n"] == 1
+
+
+def test_profile_mode_records_where_the_step_time_goes(tmp_path):
+    out = tmp_path / "profile.json"
+    cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",
+           "--shapes", "qwen2.5-0.5b", "--backends", "lora", "--sides", "mens", "--profile", "1", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (rec,) = json.loads(out.read_text())["results"]
+    prof = rec["profile"]
+    assert prof["clock"] == "cpu" and prof["total_ms"] > 0
+    names = [op["name"] for op in prof["ops"]]
+    assert any("mm" in n for n in names), names  # the matmuls of the recorded step are in the table
+    assert all(a["self_ms"] >= b["self_ms"] for a, b in zip(prof["ops"], prof["ops"][1:], strict=False))
