@@ -45,9 +45,9 @@ def test_a_budget_too_small_for_training_is_refused_with_the_numbers():
     assert MIN_STEPS == 20
 
 
-def test_a_short_schedule_trains_at_twice_the_recipes_learning_rate():
-    """At most half the recipe's steps: lr_scale 2 (measured on the cpu preset); a longer cut or the full recipe: 1."""
+def test_a_short_schedule_trains_at_three_times_the_recipes_learning_rate():
+    """At most half the recipe's steps: lr_scale 3 (measured on the cpu preset); a longer cut or the full recipe: 1."""
     short = plan_budget(1800, 120, 100, _probe())  # 182 of 742 steps
-    assert short.lr_scale == 2.0 and "2x the recipe's learning rate" in short.note
+    assert short.lr_scale == 3.0 and "3x the recipe's learning rate" in short.note
     assert plan_budget(1800, 120, 100, _probe(step_s=2.0)).lr_scale == 1.0  # 547 of 742
     assert plan_budget(1800, 120, 100, _probe(step_s=0.5)).lr_scale == 1.0  # the whole recipe
