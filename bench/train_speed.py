@@ -45,9 +45,13 @@ RUNS = {  # name -> (side, backend, pack); a round runs them in this order (mens
     "mens-qlora-packed": ("mens", "qlora", True),
     "trl-qlora-packed": ("trl", "qlora", True),
     "mens-lora-unpacked": ("mens", "lora", False),
+    # host_memory: lean (glibc's mmap threshold fixed: less peak RSS, slower; mens/train/host_memory.py)
+    "mens-lora-lean": ("mens", "lora", True),
+    "mens-qlora-lean": ("mens", "qlora", True),
 }
 DEFAULT_RUNS = ("mens-lora-packed", "trl-lora-packed", "mens-qlora-packed", "trl-qlora-packed")
-PAIRS = (("mens-lora-packed", "trl-lora-packed"), ("mens-qlora-packed", "trl-qlora-packed"))  # ratios: mens / trl
+PAIRS = (("mens-lora-packed", "trl-lora-packed"), ("mens-qlora-packed", "trl-qlora-packed"),  # ratios: mens / trl
+         ("mens-lora-lean", "trl-lora-packed"), ("mens-qlora-lean", "trl-qlora-packed"))
 CRITERION = {"supervised_tokens_per_s_ratio_min": 1.5, "peak_rss_ratio_max": 1.0}
 TRL_METRICS = ("entropy and mean_token_accuracy stay on: trl 1.16's SFTTrainer.compute_loss computes them every step "
                "(from its fused LM head) and SFTConfig has no option to turn them off")
@@ -87,7 +91,7 @@ def _finish(result: dict, train_s: float, start_ts: float) -> dict:
     return result
 
 
-def run_mens(data: Path, tmp: Path, backend: str, pack: bool, args) -> dict:
+def run_mens(data: Path, tmp: Path, backend: str, pack: bool, args, host_memory: str = "fast") -> dict:
     from mens.run_records import MANIFEST
     from mens.train.config import TrainConfig
     from mens.train.run import run_training
@@ -96,7 +100,7 @@ def run_mens(data: Path, tmp: Path, backend: str, pack: bool, args) -> dict:
     out = tmp / "run"
     cfg = TrainConfig(data=str(data), output_dir=str(out), model="smollm2-135m", backend=backend, device="cpu",
                       max_steps=args.steps, seq_len=args.seq_len, val_fraction=0, save_every=0, eval_every=0,
-                      pack=pack, num_threads=args.threads, min_examples=10, autocast="off",
+                      pack=pack, num_threads=args.threads, min_examples=10, autocast="off", host_memory=host_memory,
                       system_prompt=SYSTEM_PROMPT, **SHARED)
     s = run_training(cfg)
     events = read_events(out)
@@ -214,7 +218,9 @@ def worker(args) -> None:
     side, backend, pack = RUNS[args.worker]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        r = run_mens(args.data, tmp, backend, pack, args) if side == "mens" else run_trl(args.data, tmp, backend, args)
+        lean = "lean" if args.worker.endswith("-lean") else "fast"
+        r = (run_mens(args.data, tmp, backend, pack, args, lean) if side == "mens"
+             else run_trl(args.data, tmp, backend, args))
     args.result.write_text(json.dumps({"run": args.worker, "side": side, "backend": backend, "pack": pack, **r}))
 
 
