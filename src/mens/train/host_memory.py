@@ -5,7 +5,7 @@ glibc's malloc raises its mmap threshold each time such a buffer is freed (up to
 from the heap, where they fragment it and the process's resident memory only grows. With the threshold fixed
 (`mallopt(M_MMAP_THRESHOLD)`, what the MALLOC_MMAP_THRESHOLD_ variable does) buffers above it are mapped and
 returned to the OS when freed, at the price of page faults each time they are mapped again. Measured on
-SmolLM2-135M QLoRA, 2 AMD EPYC cores, quiet (bench/results/host_memory-vm.json): peak RSS 5.9-6.3 GB and 89-94
+SmolLM2-135M QLoRA, 2 AMD EPYC cores, quiet (bench/results/host_memory-vm.json): peak RSS 5.9-6.3 GB and 89-96
 supervised tokens/s with glibc's default, 3.4 GB and 69 tokens/s with a 1 MiB threshold; a 4 MiB one saves 6%.
 So it is a setting (`host_memory: lean`), not the default. Nothing else changes: the same tensors, the same results.
 
