@@ -47,16 +47,10 @@ PRESET = "qwen_4080_16g"
 def build(out: Path, tiny: bool, device: str) -> dict:
     """Save the random-weight model (bf16 on CUDA) and the byte-level tokenizer; runs in its own process so the
     training process starts with nothing allocated."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     cfg = AutoConfig.for_model(**{**QWEN35_4B, **(TINY if tiny else {})})
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16 if device == "cuda" else torch.float32)
-    model.save_pretrained(out)
-    runs.build_tokenizer().save_pretrained(out)
-    runs.check_tokenizer(out)
+    model = runs.save_random_model(cfg, device, out)
     meta = {"params": sum(p.numel() for p in model.parameters()), "matmul_params": runs.matmul_params(model),
             "model_type": cfg.model_type}
     (out / "bench_meta.json").write_text(json.dumps(meta))

@@ -121,20 +121,27 @@ def check_tokenizer(model_dir: Path) -> None:
                            "not survive loading")
 
 
-def prepare(shape: str, tiny: bool, device: str, out: Path) -> dict:
-    """Save a randomly initialised model of `shape` (bf16 on CUDA, f32 on CPU) and the tokenizer to `out`."""
+def save_random_model(cfg, device: str, out: Path):
+    """A randomly initialised model of `cfg` (bf16 on CUDA, f32 on CPU, seed 0) saved to `out` with the bench
+    tokenizer, whose round trip is checked; returns the model."""
     import torch
-    from machine import gpu
     from transformers import AutoModelForCausalLM
 
-    cfg = model_config(shape, tiny)
     torch.manual_seed(0)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16 if device == "cuda" else torch.float32)
     model.save_pretrained(out)
     build_tokenizer().save_pretrained(out)
     check_tokenizer(out)
+    return model
+
+
+def prepare(shape: str, tiny: bool, device: str, out: Path) -> dict:
+    """Save a randomly initialised model of `shape` (bf16 on CUDA, f32 on CPU) and the tokenizer to `out`."""
+    from machine import gpu
+
+    cfg = model_config(shape, tiny)
+    model = save_random_model(cfg, device, out)
     types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
     layers = {t: types.count(t) for t in dict.fromkeys(types)}
     meta = {"shape": shape, "tiny": tiny, "matmul_params": matmul_params(model),

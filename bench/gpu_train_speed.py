@@ -203,6 +203,14 @@ def _model_dir(shape: str, a, root: Path, env: dict, deadline: float) -> dict:
     return json.loads((model_dir / "bench_meta.json").read_text())
 
 
+def _model(shape: str, a, root: Path, env: dict, deadline: float, doc: dict) -> dict:
+    """The shape's model record in `doc` (built on first use; the GPU's description taken from the first)."""
+    if shape not in doc["models"]:
+        doc["models"][shape] = _model_dir(shape, a, root, env, deadline)
+        doc["gpu"] = doc["gpu"] or doc["models"][shape].pop("gpu", None)
+    return doc["models"][shape]
+
+
 def _job(i: int, run: dict, a, root: Path) -> dict:
     """Everything one run needs, written where the worker reads it; the shape's data file is written once."""
     data = root / f"{run['shape']}.train.jsonl"
@@ -292,10 +300,7 @@ def _run_plan(plan: list[dict], a, root: Path, env: dict, deadline: float, doc: 
             doc["skipped_runs"].append({**run, "reason": f"budget: needs ~{need:.0f} s, "
                                                          f"{max(0, deadline - time.time()):.0f} s left"})
             continue
-        if shape not in doc["models"]:
-            doc["models"][shape] = _model_dir(shape, a, root, env, deadline)
-            doc["gpu"] = doc["gpu"] or doc["models"][shape].pop("gpu", None)
-        if "error" in doc["models"][shape]:
+        if "error" in _model(shape, a, root, env, deadline, doc):
             doc["results"].append({**run, "ok": False, "error": f"model build failed: {doc['models'][shape]['error']}"})
             continue
         job = {**_job(i, run, a, root), "targets": targets.get(shape)}
@@ -335,10 +340,7 @@ def _run_grouped(plan: list[dict], a, root: Path, env: dict, deadline: float, do
         if time.time() + group[0]["est_s"] > deadline:
             doc["skipped_runs"] += [{**{k: j[k] for k in keys}, "reason": "budget"} for j in group]
             continue
-        if shape not in doc["models"]:
-            doc["models"][shape] = _model_dir(shape, a, root, env, deadline)
-            doc["gpu"] = doc["gpu"] or doc["models"][shape].pop("gpu", None)
-        if "error" in doc["models"][shape]:
+        if "error" in _model(shape, a, root, env, deadline, doc):
             doc["results"] += [{**{k: j[k] for k in keys}, "ok": False,
                                 "error": f"model build failed: {doc['models'][shape]['error']}"} for j in group]
             continue
