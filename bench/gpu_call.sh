@@ -9,7 +9,8 @@
 # Everything lands under $OUT (JSON + log).
 # Run (through the device tool): command `MODE=smoke bash bench/gpu_call.sh`, carry [".whl"], timeout_s 600.
 # Environment: MODE (default all), BUDGET_S (timed runs' budget, default 400), ARGS (extra flags for the timed runs),
-# HEADLINE_ARGS (extra flags for gpu_headline.py).
+# ARGS2 (when set, a second timed pass with these flags instead, into gpu_train_speed2-<host>.json), HEADLINE_ARGS
+# (extra flags for gpu_headline.py).
 set -o pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}
@@ -58,5 +59,11 @@ EOF
     # shellcheck disable=SC2086  # ARGS is a list of flags
     $PY bench/gpu_train_speed.py --device cuda --grouped --budget-s "${BUDGET_S:-400}" ${ARGS:-} \
       --out "$OUT/gpu_train_speed-$HOST.json"
+    if [ -n "${ARGS2:-}" ]; then
+      echo "== timed runs, second pass: $ARGS2"
+      # shellcheck disable=SC2086  # ARGS2 is a list of flags
+      $PY bench/gpu_train_speed.py --device cuda --grouped --budget-s "${BUDGET_S:-400}" $ARGS2 \
+        --out "$OUT/gpu_train_speed2-$HOST.json"
+    fi
   fi
 } 2>&1 | tee "$LOG"

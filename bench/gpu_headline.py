@@ -100,7 +100,7 @@ def run_facts(run_dir: Path) -> dict:
         m = json.loads((run_dir / MANIFEST).read_text())
         ad = m.get("adapter") or {}
         facts.update(packing=m.get("packing"), gradient_checkpointing=m.get("gradient_checkpointing"),
-                     matmul_dtype=m.get("matmul_dtype"), steps=m.get("steps"),
+                     matmul_dtype=m.get("matmul_dtype"), plan=m.get("steps"),
                      adapted_modules=len(ad.get("modules") or []),
                      adapter={k: v for k, v in ad.items() if k not in ("modules", "parameters")},
                      config={k: m["config"].get(k) for k in ("backend", "r", "lora_alpha", "lora_dropout", "seq_len",

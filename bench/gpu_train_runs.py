@@ -256,16 +256,20 @@ def run_mens(a: dict, work: Path) -> dict:
             clock.step(fields["tokens"], fields["supervised_tokens"], fields["loss"])
         return emit(self, event, **fields)
 
+    from mens.train import loss
+
     telemetry.Telemetry.emit = timed_emit  # undone below: grouped runs share this process
+    fused = loss.FUSED_CE
+    loss.FUSED_CE = "liger" if a["side"] == "mens-liger" else "off"  # the loss kernel A/B (mens.train.loss)
     cfg = TrainConfig(data=a["data"], output_dir=str(work / "run"), model=a["model_dir"], backend=a["backend"],
                       device=a["device"], max_steps=a["warmup"] + a["steps"], seq_len=a["seq_len"],
                       batch_size=a["batch_size"], grad_accum=a["grad_accum"], val_fraction=0, save_every=0,
                       eval_every=0, pack=a["pack"], min_examples=1, system_prompt="", num_threads=a["threads"],
-                      log_every_s=3600, **SHARED)
+                      log_every_s=3600, micro_batch="fixed", **SHARED)  # the passes TRL makes
     try:
         summary = run_training(cfg)
     finally:
-        telemetry.Telemetry.emit = emit
+        telemetry.Telemetry.emit, loss.FUSED_CE = emit, fused
     manifest = json.loads((work / "run" / MANIFEST).read_text())
     return {"first_batch_loss": summary["first_loss"], "peft_targets": adapter_targets(work / "run"),
             "matmul_dtype": manifest.get("matmul_dtype"), "packed_rows": manifest["examples"]["train_rows"],
@@ -410,7 +414,8 @@ def worker(a: dict) -> dict:
         baseline = torch.cuda.memory_allocated()
     with tempfile.TemporaryDirectory() as tmp:
         side = a["side"]
-        r = run_mens(a, Path(tmp)) if side == "mens" else run_trl(a, Path(tmp), liger=side == "trl-liger")
+        r = (run_mens(a, Path(tmp)) if side in ("mens", "mens-liger")
+             else run_trl(a, Path(tmp), liger=side == "trl-liger"))
     return {**r, **memory(a["device"], baseline), "process_s": round(time.time() - t0, 1)}
 
 

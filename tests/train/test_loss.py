@@ -270,15 +270,23 @@ def test_fused_path_passes_softcap_and_scale_to_liger(arch, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_liger_on_cuda_matches_chunked():
+def test_liger_on_cuda_matches_chunked(monkeypatch):
     pytest.importorskip("liger_kernel")
     model = tiny_lm("gemma3_text", lora=False).cuda()
     head = model.get_output_embeddings()
     h, target = torch.randn(64, 32, device="cuda"), torch.randint(0, 300, (64,), device="cuda")
     math = loss.head_math(model)
+    assert not loss._fused_usable(head, h, math)  # mens' own chunks unless the switch asks for Liger
+    monkeypatch.setattr(loss, "FUSED_CE", "liger")
     assert loss._fused_usable(head, h, math)
     ref = loss.chunked_loss_sum(head, h, target, math, contextlib.nullcontext, rows=16)
     assert abs(loss._fused_loss_sum(head, h, target, math, contextlib.nullcontext).item() - ref.item()) < 1e-3
+
+
+def test_chunks_are_larger_on_cuda_and_bounded():
+    assert loss.chunk_rows(151_936, "cuda") == loss.CUDA_CHUNK_ELEMENTS // 151_936 > 4 * loss.chunk_rows(151_936)
+    assert loss.chunk_rows(8_192, "cuda") == 16384 and loss.chunk_rows(8_192) == 4096
+    assert loss.chunk_rows(10**9, "cuda") == loss.chunk_rows(10**9) == 16
 
 
 class TorchOnlyLM(torch.nn.Module):

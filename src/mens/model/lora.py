@@ -43,6 +43,24 @@ def attach_lora(model, *, r: int, alpha: float, dropout: float, strict: bool = F
     return wrapped
 
 
+def keep_inputs_in_autocast_dtype(model) -> int:
+    """For training under autocast: stop peft casting each adapted projection's input to the f32 adapter dtype.
+
+    Autocast runs the adapter's matmuls in bf16 anyway (the cast round-trips bf16 -> f32 -> bf16 exactly), so the
+    cast only added an f32 copy of the activations and an f32 dropout per projection and pass: kernel launches
+    and memory traffic on a GPU that is waiting on them. peft's 4-bit layers already skip it under autocast; this
+    does the same for the others. Only with autocast on: without it a bf16 input would meet f32 adapter weights.
+    Returns the number of layers changed."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    n = 0
+    for module in model.modules():
+        if isinstance(module, BaseTunerLayer) and hasattr(module, "cast_input_dtype_enabled"):
+            module.cast_input_dtype_enabled = False
+            n += 1
+    return n
+
+
 def _check_adapted(wrapped, targets: Targets) -> None:
     """peft adapted exactly the discovered modules and parameters (the regex caught nothing else)."""
     got = set(wrapped.base_model.targeted_module_names)

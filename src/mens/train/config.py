@@ -25,7 +25,7 @@ DEVICE_ALIASES = {"best": "auto", "default": "auto", "vulkan": "auto", "dx12": "
                   "gpu": "cuda", "nvidia": "cuda", "metal": "mps"}
 """The original's `--device` spellings (reference §1.2): its Best is mens' auto (CUDA, then MPS, then CPU)."""
 RESUMABLE = ("output_dir", "data", "resume", "preset", "max_steps", "epochs", "max_time_s", "save_every",
-             "keep_checkpoints", "eval_every", "log_every_s", "num_threads", "fsdp", "host_memory")
+             "keep_checkpoints", "eval_every", "log_every_s", "num_threads", "fsdp", "host_memory", "micro_batch")
 """Flat keys that may differ when a run is resumed: where it and its data live (the data is compared by content),
 which preset's name it carries (its values are compared key by key), how long it runs, how often it saves and
 evaluates, how the work is split. Every other key must match the run's saved config.yaml."""
@@ -132,6 +132,10 @@ class ScheduleConfig(Section):
     """Rows per micro-batch (per process)."""
     grad_accum: int = setting(4, gt=0)
     """Micro-batches per optimizer step. Global batch = batch_size x grad_accum x processes."""
+    micro_batch: Literal["auto", "fixed"] = "auto"
+    """How a step's rows are split into forward/backward passes: "auto" = on one CUDA process, as few passes as
+    a measured row's memory allows (the same rows, loss and update per step; see mens.train.micro_batch);
+    "fixed" = batch_size rows per pass everywhere. CPU runs and runs of several processes use batch_size."""
     warmup_steps: int = setting(100, "--warmup-steps", "--warmup", ge=0)
     """Linear warmup steps; capped at a tenth of the run (at least 1)."""
 

@@ -21,6 +21,7 @@ from mens.errors import ModelError
 from mens.train import distributed, fsdp
 from mens.train.checkpoint import save_checkpoint
 from mens.train.data import BatchPlan
+from mens.train.micro_batch import step_passes
 from mens.train.packing import Row, batch_loss_sum, row_supervised, row_tokens
 from mens.train.progress import ProgressView
 from mens.train.telemetry import Telemetry
@@ -130,8 +131,10 @@ def _checkpoint(run_dir: Path, st: LoopState, *, model, optimizer, scheduler, cf
 
 def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], val_rows: list[Row],
                plan: BatchPlan, cfg, run_dir: Path, d, device: str, autocast, pad_id: int,
-               start_step: int, telemetry: Telemetry, ckpt_state: dict) -> LoopState:
-    """Run optimizer steps start_step..plan.total_steps; the data cursor is the step number itself."""
+               start_step: int, telemetry: Telemetry, ckpt_state: dict, micro_rows: int | None = None) -> LoopState:
+    """Run optimizer steps start_step..plan.total_steps; the data cursor is the step number itself. `micro_rows`:
+    rows per forward/backward pass (default cfg.batch_size; larger when mens.train.micro_batch merged passes)."""
+    micro_rows = micro_rows or cfg.batch_size
     st = LoopState(step=start_step)
     total = plan.total_steps
     view = ProgressView(total, start_step, enabled=d.main, every_s=cfg.log_every_s)
@@ -144,7 +147,7 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
             # This rank's share of the global batch, then micro-batches of batch_size rows.
             global_rows = plan.rows_for_step(step)
             mine = [rows[i] for i in global_rows[d.rank::d.world]]
-            micro = [mine[i:i + cfg.batch_size] for i in range(0, len(mine), cfg.batch_size)]  # grad_accum of them
+            micro = step_passes(mine, micro_rows, merged=micro_rows != cfg.batch_size)  # grad_accum of them, or fewer
             n_sup, n_in = distributed.all_sum(d, [float(sum(row_supervised(r) for r in mine)),
                                                  float(sum(row_tokens(r) for r in mine))])
             loss_sum = accumulate_gradients(model, micro, n_sup, pad_id=pad_id, device=device, autocast=autocast,
@@ -185,7 +188,7 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
                 telemetry.emit("time_limit", step=st.step, total_steps=total, max_time_s=cfg.max_time_s)
 
             if val_rows and ((cfg.eval_every and st.step % cfg.eval_every == 0) or st.step == total or out_of_time):
-                st.last_val_loss = evaluate(model, val_rows, batch_size=cfg.batch_size, pad_id=pad_id,
+                st.last_val_loss = evaluate(model, val_rows, batch_size=micro_rows, pad_id=pad_id,
                                             device=device, autocast=autocast, d=d)
                 telemetry.emit("eval", step=st.step, val_loss=st.last_val_loss)
                 view.note(f"step {st.step}: val_loss {st.last_val_loss:.4f}")

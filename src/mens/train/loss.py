@@ -11,8 +11,13 @@ each chunk's logits are recomputed in backward (`torch.utils.checkpoint`); eithe
 Running the whole forward (not the decoder body alone) keeps FSDP's root hooks and every architecture's own
 embedding, norm and slicing; what comes after the head is reproduced from the config (scale, final softcap) and
 checked once per model on that one row against the model's own logits. Where the head is not called as a module,
-or the check fails, the plain path computes the loss. On CUDA with Liger Kernel installed (`pip install
-mens[gpu]`), its fused linear cross-entropy replaces the chunk loop for a plain `nn.Linear` head.
+or the check fails, the plain path computes the loss.
+
+Chunks are sized by device: on CPU ~128 MB of f32 logits (cache- and RAM-friendly), on CUDA ~512 MB, so the head's
+matmul and the few elementwise passes of each chunk keep the GPU busy. Liger Kernel's fused linear cross-entropy
+(`FUSED_CE = "liger"`, a benchmark switch) sizes its chunks by vocab/hidden instead: 16-64 rows at Qwen's 152k
+vocabulary, hundreds of chunk iterations of skinny matmuls per micro-batch, which left an H100 waiting on Python
+(torch.profiler, bench/results/gpu_profile-h100.json).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-CHUNK_ELEMENTS = 2**25  # logits per chunk: 128 MB in f32, ~220 rows at a 152k vocabulary, 4096 rows at 8k
+CHUNK_ELEMENTS = 2**25  # logits per chunk on CPU: 128 MB in f32, ~220 rows at a 152k vocabulary, 4096 rows at 8k
+CUDA_CHUNK_ELEMENTS = 2**27  # on CUDA: 512 MB in f32, ~880 rows at 152k (~1 GB at the chunk's peak)
+FUSED_CE = "off"  # "liger": Liger's fused linear CE on CUDA for a plain Linear head (the GPU benchmark's A/B)
 _CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # head module -> its split was verified (bool)
 _log = logging.getLogger(__name__)
 
@@ -72,8 +79,11 @@ def head_math(model) -> HeadMath:
                     softcap=num("final_logit_softcapping"))
 
 
-def chunk_rows(vocab: int) -> int:
-    """Rows per chunk so one chunk's logits hold about CHUNK_ELEMENTS values (16..4096 rows)."""
+def chunk_rows(vocab: int, device_type: str = "cpu") -> int:
+    """Rows per chunk so one chunk's logits hold about CHUNK_ELEMENTS values on CPU (16..4096 rows),
+    CUDA_CHUNK_ELEMENTS on CUDA (16..16384 rows)."""
+    if device_type == "cuda":
+        return max(16, min(16384, CUDA_CHUNK_ELEMENTS // max(1, vocab)))
     return max(16, min(4096, CHUNK_ELEMENTS // max(1, vocab)))
 
 
@@ -102,7 +112,7 @@ def supervised_loss_sum(model, inputs: dict, keep, target, autocast, *, rows: in
     if head is None or _CHECKED.get(head) is False:
         return plain_loss_sum(model, inputs, keep, target, autocast)
     seen: dict = {}
-    handle = head.register_forward_pre_hook(_capture(keep, seen), with_kwargs=True)
+    handle = head.register_forward_pre_hook(_capture(keep, seen, int(target.shape[0])), with_kwargs=True)
     try:
         with autocast():
             out = model(**inputs, logits_to_keep=keep)
@@ -122,15 +132,15 @@ def supervised_loss_sum(model, inputs: dict, keep, target, autocast, *, rows: in
             return plain_loss_sum(model, inputs, keep, target, autocast)
     if _fused_usable(head, h, math):
         return _fused_loss_sum(head, h, target, math, autocast)
-    rows = rows or chunk_rows(_vocab(head, out))
+    rows = rows or chunk_rows(_vocab(head, out), h.device.type)
     if _plain_linear(head):
         return linear_loss_sum(head, h, target, math, autocast, rows=rows)
     return chunked_loss_sum(head, h, target, math, autocast, rows=rows)
 
 
-def _capture(keep, seen: dict):
-    """Pre-hook on the head: keep its input at the supervised positions, pass only the first row through."""
-    n = int(keep.sum())
+def _capture(keep, seen: dict, n: int):
+    """Pre-hook on the head: keep its input at the supervised positions (`n` of them: counted by the caller, so no
+    device sync here), pass only the first row through."""
 
     def hook(module, args, kwargs):
         h = args[0] if args else kwargs.get("input")
@@ -214,9 +224,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
             hc, tc = h[i:i + rows].to(dtype), target[i:i + rows]
             z = F.linear(hc, w, b)  # (rows, V): what the head computes, under autocast too
             y = math.apply(z).float()
+            del z  # one (rows, V) f32 tensor alive from here on (y, then g in its place)
             lse = torch.logsumexp(y, dim=-1)
             total += (lse - y.gather(1, tc[:, None]).squeeze(1)).sum()
-            g = y.sub(lse[:, None]).exp_()  # softmax; minus one at the target = d(CE sum)/d(logits)
+            # softmax; minus one at the target = d(CE sum)/d(logits). In y's place unless the softcap's
+            # derivative still needs the logits.
+            g = (y.sub(lse[:, None]) if math.softcap is not None else y.sub_(lse[:, None])).exp_()
             g[torch.arange(len(tc), device=g.device), tc] -= 1.0
             g = math.grad(g, y).to(dtype)  # (rows, V): d(CE sum)/d(head output)
             if need_h:
@@ -248,8 +261,9 @@ def _matmul_dtype(autocast, device_type: str, dtype):
 
 
 def _fused_usable(head, h, math: HeadMath) -> bool:
-    """Liger's fused kernel: CUDA, a plain Linear head (not 4-bit, no adapter on it), no division after the head."""
-    if h.device.type != "cuda" or type(head) is not torch.nn.Linear or math.divide is not None:
+    """Liger's fused kernel when FUSED_CE asks for it: CUDA, a plain Linear head (not 4-bit, no adapter on it), no
+    division after the head."""
+    if FUSED_CE != "liger" or h.device.type != "cuda" or type(head) is not torch.nn.Linear or math.divide is not None:
         return False
     if math.multiply is not None and head.bias is not None:  # the scale folds into h only without a bias
         return False

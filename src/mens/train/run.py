@@ -43,6 +43,7 @@ from mens.train.data import (
 from mens.train.host_memory import fix_mmap_threshold
 from mens.train.loop import LoopState, train_loop
 from mens.train.manifest import EXECUTION_KERNEL, adapter_record, contract_digest, peak_memory_mb, versions
+from mens.train.micro_batch import fit_micro_batch
 from mens.train.packing import Row
 from mens.train.preflight import Preflight, embedding_problem, first_loss, packing_problem, vocab_problem
 from mens.train.probe import choose_checkpointing
@@ -378,8 +379,16 @@ def run_training(cfg: TrainConfig) -> dict:
     emulated = "; this CPU has no native bf16, so f32" if cfg.autocast == "bf16" and amp is None else ""
     pf.ok("matmul precision", f"{amp or 'f32'} (autocast: {cfg.autocast}{emulated})")
     autocast = _autocast(amp, device)
+    if amp and cfg.backend != "full":
+        from mens.model.lora import keep_inputs_in_autocast_dtype
+
+        keep_inputs_in_autocast_dtype(model)
     pad_id = inp.tokenizer.pad_token_id if inp.tokenizer.pad_token_id is not None else 0
     loss0 = numeric_checks(cfg, inp, model, device, autocast, pad_id, pf)
+    micro_rows, micro_why = fit_micro_batch(  # before the dropout stream is seeded: it runs one pass
+        cfg.micro_batch, model=model, rows=inp.rows, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
+        world=d.world, device=device, memory_gb=fsdp.process_memory_gb(device), pad_id=pad_id, autocast=autocast)
+    pf.ok("micro-batch", micro_why)
     if cfg.neftune_alpha:  # after the numeric checks: the packing-leak check compares two noiseless passes
         add_embedding_noise(model, cfg.neftune_alpha, pf)
     start_step, resumed_from = _resume(cfg, run, inp, model, optimizer, scheduler, d.rank)
@@ -392,6 +401,8 @@ def run_training(cfg: TrainConfig) -> dict:
                          start_step=start_step, resumed_from=resumed_from, model=model, amp=amp,
                          parallelism="fsdp" if d.sharded else "ddp-allreduce" if d.world > 1 else "single",
                          checkpointing={"on": checkpointing, "why": why}, packing=packing)
+    manifest.steps.update(micro_batch_rows=micro_rows, micro_batch=micro_why,
+                          passes_per_step=-(-cfg.batch_size * cfg.grad_accum // micro_rows))
     tel = Telemetry(run, enabled=d.main)
     if d.main:
         pf.write()
@@ -412,7 +423,8 @@ def run_training(cfg: TrainConfig) -> dict:
     try:
         st = train_loop(model=model, optimizer=optimizer, scheduler=scheduler, params=params, rows=inp.rows,
                         val_rows=inp.val_rows, plan=plan, cfg=cfg, run_dir=run, d=d, device=device,
-                        autocast=autocast, pad_id=pad_id, start_step=start_step, telemetry=tel, ckpt_state=ckpt_state)
+                        autocast=autocast, pad_id=pad_id, start_step=start_step, telemetry=tel, ckpt_state=ckpt_state,
+                        micro_rows=micro_rows)
     except BaseException as e:
         tel.emit("train_failed", error=f"{type(e).__name__}: {e}")
         raise
