@@ -260,7 +260,7 @@ def run_mens(a: dict, work: Path) -> dict:
 
     telemetry.Telemetry.emit = timed_emit  # undone below: grouped runs share this process
     fused = loss.FUSED_CE
-    loss.FUSED_CE = "liger" if a["side"] == "mens-liger" else "off"  # the loss kernel A/B (mens.train.loss)
+    loss.FUSED_CE = "off" if a["side"] == "mens-chunked" else "auto"  # the loss kernel A/B (mens.train.loss)
     cfg = TrainConfig(data=a["data"], output_dir=str(work / "run"), model=a["model_dir"], backend=a["backend"],
                       device=a["device"], max_steps=a["warmup"] + a["steps"], seq_len=a["seq_len"],
                       batch_size=a["batch_size"], grad_accum=a["grad_accum"], val_fraction=0, save_every=0,
@@ -414,7 +414,7 @@ def worker(a: dict) -> dict:
         baseline = torch.cuda.memory_allocated()
     with tempfile.TemporaryDirectory() as tmp:
         side = a["side"]
-        r = (run_mens(a, Path(tmp)) if side in ("mens", "mens-liger")
+        r = (run_mens(a, Path(tmp)) if side in ("mens", "mens-chunked")
              else run_trl(a, Path(tmp), liger=side == "trl-liger"))
     return {**r, **memory(a["device"], baseline), "process_s": round(time.time() - t0, 1)}
 

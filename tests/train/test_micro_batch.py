@@ -28,6 +28,11 @@ def test_largest_divisor_that_fits(row_bytes, budget, want):
     assert choose_micro_batch(1, 8, row_bytes=row_bytes, budget_bytes=budget) == want
 
 
+def test_a_fixed_cost_per_pass_counts_once():
+    assert choose_micro_batch(1, 8, row_bytes=100, fixed_bytes=500, budget_bytes=950) == 4
+    assert choose_micro_batch(1, 8, row_bytes=100, fixed_bytes=500, budget_bytes=550) == 1
+
+
 def test_configured_size_is_the_floor():
     assert choose_micro_batch(2, 8, row_bytes=100, budget_bytes=150) == 2
     assert choose_micro_batch(2, 12, row_bytes=100, budget_bytes=650) == 6
@@ -47,7 +52,7 @@ def test_merged_passes_take_rows_longest_first_and_keep_every_row():
 @pytest.mark.parametrize(("setting", "device", "world", "accum"), [
     ("fixed", "cuda", 1, 4), ("auto", "cpu", 1, 4), ("auto", "cuda", 2, 4), ("auto", "cuda", 1, 1)])
 def test_batch_size_stands_where_merging_does_not_apply(setting, device, world, accum, monkeypatch):
-    monkeypatch.setattr(micro_batch, "measure_row", lambda *a, **k: pytest.fail("nothing to measure here"))
+    monkeypatch.setattr(micro_batch, "measure_pass", lambda *a, **k: pytest.fail("nothing to measure here"))
     n, why = fit_micro_batch(setting, model=None, rows=[_row(4)], batch_size=2, grad_accum=accum, world=world,
                              device=device, memory_gb=16.0, pad_id=0, autocast=contextlib.nullcontext)
     assert n == 2 and f"2 rows x {accum} passes" in why
@@ -78,5 +83,8 @@ def test_measured_row_on_cuda(tiny_model_dir):
     from mens.model.lora import attach_lora
 
     model = attach_lora(load_base(tiny_model_dir, backend="lora", device="cuda"), r=4, alpha=8, dropout=0.0)
-    m = micro_batch.measure_row(model, _row(64), pad_id=0, device="cuda", autocast=contextlib.nullcontext)
-    assert m["row"] > 0 and m["grads"] > 0 and all(p.grad is None for p in model.parameters())
+    m = micro_batch.measure_pass(model, [_row(64)], pad_id=0, device="cuda", autocast=contextlib.nullcontext)
+    assert m["pass"] > 0 and m["grads"] > 0 and all(p.grad is None for p in model.parameters())
+    n, why = fit_micro_batch("auto", model=model, rows=[_row(64), _row(48), _row(32)], batch_size=1, grad_accum=4,
+                             world=1, device="cuda", memory_gb=8.0, pad_id=0, autocast=contextlib.nullcontext)
+    assert n == 4 and "two" in why and "merged from 1 x 4" in why

@@ -13,11 +13,10 @@ embedding, norm and slicing; what comes after the head is reproduced from the co
 checked once per model on that one row against the model's own logits. Where the head is not called as a module,
 or the check fails, the plain path computes the loss.
 
-Chunks are sized by device: on CPU ~128 MB of f32 logits (cache- and RAM-friendly), on CUDA ~512 MB, so the head's
-matmul and the few elementwise passes of each chunk keep the GPU busy. Liger Kernel's fused linear cross-entropy
-(`FUSED_CE = "liger"`, a benchmark switch) sizes its chunks by vocab/hidden instead: 16-64 rows at Qwen's 152k
-vocabulary, hundreds of chunk iterations of skinny matmuls per micro-batch, which left an H100 waiting on Python
-(torch.profiler, bench/results/gpu_profile-h100.json).
+On CUDA with Liger Kernel installed (`pip install mens[gpu]`), its fused linear cross-entropy replaces the chunk
+loop for a plain `nn.Linear` head. Measured against this file's own loop with 4x larger chunks (Qwen2.5-0.5B, 2 x
+2,048-token rows, H100): as fast for LoRA, 1.3x faster for QLoRA, and 1.2-1.5 GB less memory
+(bench/results/gpu_train_speed-h100.json). `FUSED_CE = "off"` keeps the loop (the benchmark's A/B).
 """
 
 from __future__ import annotations
@@ -30,9 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-CHUNK_ELEMENTS = 2**25  # logits per chunk on CPU: 128 MB in f32, ~220 rows at a 152k vocabulary, 4096 rows at 8k
-CUDA_CHUNK_ELEMENTS = 2**27  # on CUDA: 512 MB in f32, ~880 rows at 152k (~1 GB at the chunk's peak)
-FUSED_CE = "off"  # "liger": Liger's fused linear CE on CUDA for a plain Linear head (the GPU benchmark's A/B)
+CHUNK_ELEMENTS = 2**25  # logits per chunk: 128 MB in f32, ~220 rows at a 152k vocabulary, 4096 rows at 8k
+FUSED_CE = "auto"  # "auto": Liger's fused linear CE where usable (CUDA, plain Linear head); "off": the chunk loop
 _CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # head module -> its split was verified (bool)
 _log = logging.getLogger(__name__)
 
@@ -79,11 +77,8 @@ def head_math(model) -> HeadMath:
                     softcap=num("final_logit_softcapping"))
 
 
-def chunk_rows(vocab: int, device_type: str = "cpu") -> int:
-    """Rows per chunk so one chunk's logits hold about CHUNK_ELEMENTS values on CPU (16..4096 rows),
-    CUDA_CHUNK_ELEMENTS on CUDA (16..16384 rows)."""
-    if device_type == "cuda":
-        return max(16, min(16384, CUDA_CHUNK_ELEMENTS // max(1, vocab)))
+def chunk_rows(vocab: int) -> int:
+    """Rows per chunk so one chunk's logits hold about CHUNK_ELEMENTS values (16..4096 rows)."""
     return max(16, min(4096, CHUNK_ELEMENTS // max(1, vocab)))
 
 
@@ -132,7 +127,7 @@ def supervised_loss_sum(model, inputs: dict, keep, target, autocast, *, rows: in
             return plain_loss_sum(model, inputs, keep, target, autocast)
     if _fused_usable(head, h, math):
         return _fused_loss_sum(head, h, target, math, autocast)
-    rows = rows or chunk_rows(_vocab(head, out), h.device.type)
+    rows = rows or chunk_rows(_vocab(head, out))
     if _plain_linear(head):
         return linear_loss_sum(head, h, target, math, autocast, rows=rows)
     return chunked_loss_sum(head, h, target, math, autocast, rows=rows)
@@ -261,9 +256,9 @@ def _matmul_dtype(autocast, device_type: str, dtype):
 
 
 def _fused_usable(head, h, math: HeadMath) -> bool:
-    """Liger's fused kernel when FUSED_CE asks for it: CUDA, a plain Linear head (not 4-bit, no adapter on it), no
+    """Liger's fused kernel unless FUSED_CE is "off": CUDA, a plain Linear head (not 4-bit, no adapter on it), no
     division after the head."""
-    if FUSED_CE != "liger" or h.device.type != "cuda" or type(head) is not torch.nn.Linear or math.divide is not None:
+    if FUSED_CE == "off" or h.device.type != "cuda" or type(head) is not torch.nn.Linear or math.divide is not None:
         return False
     if math.multiply is not None and head.bias is not None:  # the scale folds into h only without a bias
         return False
