@@ -150,3 +150,19 @@ def test_the_loss_estimate_counts_one_chunk_of_logits_not_all_of_them():
     long = estimate_memory_gb(qwen05, batch_size=4, **kw)["total_gb"]
     # all logits and their gradients for 3 x 2048 more tokens would be ~7 GB; checkpointed activations add < 1
     assert long - short < 1
+
+
+def test_the_estimate_matches_peaks_measured_on_a_gpu():
+    """Peak allocated GB measured on an H100 (bench/results/gpu_train_speed-h100.json and -bs8-h100.json): the
+    estimate may be a little above a measured peak, never far below it."""
+    from mens.train.probe import estimate_memory_gb
+
+    q05 = {"hidden_size": 896, "num_hidden_layers": 24, "vocab_size": 151936, "intermediate_size": 4864,
+           "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": True}
+    q15 = {**q05, "hidden_size": 1536, "num_hidden_layers": 28, "intermediate_size": 8960, "num_attention_heads": 12}
+    measured = [(q05, "qlora", 2, 8.0), (q05, "lora", 2, 8.5), (q05, "qlora", 8, 31.6), (q05, "lora", 8, 32.1),
+                (q15, "qlora", 8, 63.0), (q15, "lora", 8, 64.8)]
+    for cfg, backend, rows, peak in measured:
+        est = estimate_memory_gb(cfg, backend=backend, r=16, seq_len=2048, batch_size=rows)["total_gb"]
+        assert 0.95 * peak <= est <= 1.2 * peak, (cfg["hidden_size"], backend, rows, est, peak)
+

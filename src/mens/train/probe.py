@@ -53,13 +53,22 @@ def count_params(cfg: dict) -> tuple[int, int]:
 
 def estimate_memory_gb(model_config: dict, *, backend: str, r: int, seq_len: int, batch_size: int,
                        gradient_checkpointing: bool = False) -> dict:
-    """Rough peak training memory: weights + trainable state + activations + logits (±30%)."""
+    """Rough peak training memory: weights + trainable state + activations + logits.
+
+    Activations per token and decoder layer: about 30 x hidden + 2 x intermediate values (bf16 for adapters),
+    fitted to the peaks measured on an H100 for Qwen2.5-0.5B and -1.5B shapes, LoRA and QLoRA, 4,096 to 16,384
+    tokens a pass (the estimate is 0-14% above them; bench/results/gpu_train_speed-h100.json,
+    gpu_train_speed-bs8-h100.json). Layers on transformers' torch fallback for linear attention (Qwen3.5 without
+    flash-linear-attention) hold more: a Qwen3.5-4B shape measured 1.3x this estimate (gpu_headline-h100.json)."""
     cfg = model_config.get("text_config", model_config)
     total, proj = count_params(model_config)
     h = cfg.get("hidden_size") or cfg.get("n_embd")
     layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
     vocab = cfg.get("vocab_size")
-    weights = total * _BYTES_PER_WEIGHT[backend]
+    inter = cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * h
+    # QLoRA quantizes the decoder's projections; embeddings and the LM head stay bf16
+    weights = proj * _BYTES_PER_WEIGHT[backend] + (total - proj) * (2.0 if backend == "qlora" else
+                                                                     _BYTES_PER_WEIGHT[backend])
     if backend == "full":
         trainable = total * 12  # f32 grad + two Adam moments
     else:
@@ -67,8 +76,9 @@ def estimate_memory_gb(model_config: dict, *, backend: str, r: int, seq_len: int
         trainable = lora_params * 16  # f32 weight, grad, two moments
     tokens = seq_len * batch_size
     act_bytes = 2 if backend != "full" else 4
-    per_layer = tokens * h * act_bytes * (4 if gradient_checkpointing else 18)
-    activations = per_layer * (1 if gradient_checkpointing else layers) + tokens * h * act_bytes * layers
+    per_layer = tokens * (30 * h + 2 * inter) * act_bytes
+    # checkpointing keeps each layer's input and recomputes one layer's activations at a time
+    activations = per_layer + tokens * h * act_bytes * layers if gradient_checkpointing else per_layer * layers
     # the loss holds one chunk of rows' f32 logits at a time (mens.train.loss): logits, their gradient, softmax
     logits = min(tokens, _loss_chunk_rows(vocab)) * vocab * 4 * 3
     gb = (weights + trainable + activations + logits) / 2**30 * 1.15 + 0.3  # allocator + runtime overhead
