@@ -110,3 +110,23 @@ def test_profile_mode_records_where_the_step_time_goes(tmp_path):
     names = [op["name"] for op in prof["ops"]]
     assert any("mm" in n for n in names), names  # the matmuls of the recorded step are in the table
     assert all(a["self_ms"] >= b["self_ms"] for a, b in zip(prof["ops"], prof["ops"][1:], strict=False))
+
+
+def test_grouped_mode_runs_every_side_of_a_shape_in_one_process(tmp_path):
+    """--grouped (what a device call uses): mens, its loss-kernel A/B side and TRL share one process per shape,
+    each run still counted on its own."""
+    out = tmp_path / "grouped.json"
+    sides = "mens,mens-chunked" + (",trl" if importlib.util.find_spec("trl") else "")
+    cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",
+           "--grouped", "--shapes", "qwen2.5-0.5b", "--backends", "lora", "--sides", sides, "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["grouped"] and not doc["skipped_runs"]
+    by_side = {r["side"]: r for r in doc["results"]}
+    assert set(by_side) == set(sides.split(",")) and all(r["ok"] for r in by_side.values())
+    assert "group qwen2.5-0.5b" in p.stdout  # one process for the shape's runs
+    # On CPU both mens sides take mens' own loss loop: the same loss on the same first row
+    assert by_side["mens-chunked"]["first_batch_loss"] == by_side["mens"]["first_batch_loss"]
+    ratio = doc["summary"]["qwen2.5-0.5b/lora"]["mens_over_mens-chunked"]
+    assert ratio["same_timed_tokens"] and ratio["supervised_tokens_per_s"]["n"] == 1
