@@ -8,6 +8,9 @@ from pathlib import Path
 from mens.train.presets import card_presets, load_preset, recommend_preset
 
 FIT_SHARE = 0.9  # a run "fits" when its estimate is at most 90% of one process's memory
+LINEAR_ATTENTION_ACTIVATIONS = 2.1
+"""A linear-attention layer's activations over a softmax layer's: what makes the Qwen3.5-4B headline job's
+measured peak (bench/results/gpu_headline-h100.json, torch fallback) match the estimate."""
 
 _BYTES_PER_WEIGHT = {"qlora": 0.56, "lora": 2.0, "full": 4.0}  # NF4 + double-quant scales; bf16; f32 master
 
@@ -59,7 +62,7 @@ def estimate_memory_gb(model_config: dict, *, backend: str, r: int, seq_len: int
     fitted to the peaks measured on an H100 for Qwen2.5-0.5B and -1.5B shapes, LoRA and QLoRA, 4,096 to 16,384
     tokens a pass (the estimate is 0-14% above them; bench/results/gpu_train_speed-h100.json,
     gpu_train_speed-bs8-h100.json). Layers on transformers' torch fallback for linear attention (Qwen3.5 without
-    flash-linear-attention) hold more: a Qwen3.5-4B shape measured 1.3x this estimate (gpu_headline-h100.json)."""
+    flash-linear-attention) hold more: LINEAR_ATTENTION_ACTIVATIONS, from one measured Qwen3.5-4B job."""
     cfg = model_config.get("text_config", model_config)
     total, proj = count_params(model_config)
     h = cfg.get("hidden_size") or cfg.get("n_embd")
@@ -77,8 +80,13 @@ def estimate_memory_gb(model_config: dict, *, backend: str, r: int, seq_len: int
     tokens = seq_len * batch_size
     act_bytes = 2 if backend != "full" else 4
     per_layer = tokens * (30 * h + 2 * inter) * act_bytes
+    # linear-attention layers (Qwen3.5, Qwen3-Next) measured about 2.1x a softmax layer on transformers' torch
+    # fallback; kept where flash-linear-attention would run them (not measured)
+    linear = sum(kind == "linear_attention" for kind in (cfg.get("layer_types") or ()))
+    weighted_layers = layers + (LINEAR_ATTENTION_ACTIVATIONS - 1) * min(linear, layers)
     # checkpointing keeps each layer's input and recomputes one layer's activations at a time
-    activations = per_layer + tokens * h * act_bytes * layers if gradient_checkpointing else per_layer * layers
+    activations = (per_layer * (LINEAR_ATTENTION_ACTIVATIONS if linear else 1) + tokens * h * act_bytes * layers
+                   if gradient_checkpointing else per_layer * weighted_layers)
     # the loss holds one chunk of rows' f32 logits at a time (mens.train.loss): logits, their gradient, softmax
     logits = min(tokens, _loss_chunk_rows(vocab)) * vocab * 4 * 3
     gb = (weights + trainable + activations + logits) / 2**30 * 1.15 + 0.3  # allocator + runtime overhead
