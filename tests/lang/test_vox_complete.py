@@ -60,3 +60,22 @@ def test_decorators_with_nothing_to_decorate_are_given_a_function():
     text = '@search("Severity")\n' * 3 + '@search("Sev'
     finished = VOX.finish_text(text)
     assert finished.startswith(text) and VOX.parse(finished).has_code
+
+
+@pytest.mark.parametrize("text, suffix", [
+    ("@require(x > 0)\n", "\nfn f() {}"),             # decorators waiting for their function
+    ("fn f() to int {\n    let total", " = 0\n}"),    # a let waiting for its value
+    ("fn f() {\n    foo.", "x\n}"),                   # a member waiting for its name
+    ("fn f(x: int) to int {\n    return x", "\n}"),   # what closing_suffix closes, it closes the same way
+])
+def test_stream_closing_closes_more_prefixes_with_placeholders(text, suffix):
+    assert VOX.stream_closing_suffix(text) == suffix and VOX.parse(text + suffix).has_code
+    if not suffix.startswith("\n}"):
+        assert VOX.closing_suffix(text) is None  # the narrow closing (when a model may stop) stays narrow
+
+
+def test_stream_closing_leaves_fewer_cuts_of_a_real_program_waiting():
+    cuts = range(1, len(GOLDEN_LIKE))
+    narrow = sum(VOX.closing_suffix(GOLDEN_LIKE[:c]) is None for c in cuts)
+    wide = sum(VOX.stream_closing_suffix(GOLDEN_LIKE[:c]) is None for c in cuts)
+    assert wide < 0.8 * narrow, (wide, narrow)

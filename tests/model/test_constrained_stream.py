@@ -150,3 +150,21 @@ def test_a_cropped_cache_gives_the_logits_of_a_fresh_forward(tiny):
     fresh, _ = generate_module._last_logits(model, False, input_ids=torch.tensor([ids[:-2] + [9]]),
                                             past_key_values=None)
     assert torch.allclose(cropped, fresh, atol=1e-5)
+
+
+def test_a_wider_stream_closing_streams_sooner_and_never_lets_the_model_stop(tiny):
+    """stream_closing only moves where text may be streamed: a model that stops on text only it closes goes on."""
+    model, tok = tiny
+    stop = _stop_token(model, tok)
+    free, _ = _free(model, tok, max_new_tokens=24, stop_ids={stop})
+
+    def run(stream_closing) -> list[str]:
+        c = Constraint(viable=lambda t: True, complete=lambda t: t.endswith("!!"), closing=lambda t: None,
+                       stream_closing=stream_closing, lookahead=1)
+        return list(stream_tokens(model, tok, _ids(tok), max_new_tokens=24, stop_ids={stop}, constraint=c))
+
+    held = run(None)  # nothing closes anything: the stop is refused and nothing streams before the end
+    assert len(held) == 1 and held[0].startswith(free) and len(held[0]) > len(free)
+    wide = run(lambda t: "!!")
+    assert len(wide) > 1  # streamed a token behind the model
+    assert "".join(wide[:-1]) and "".join(wide).startswith(free) and len("".join(wide)) > len(free)  # still refused

@@ -22,4 +22,5 @@ def language_constraint(lang: Language) -> Constraint:
     checker = getattr(lang, "prefix_checker", None)
     viable = checker() if checker is not None else getattr(lang, "clean_viable_prefix", lang.viable_prefix)
     return Constraint(viable=viable, complete=lambda text: lang.parse(text).has_code,
-                      finish=getattr(lang, "finish_text", None), closing=getattr(lang, "closing_suffix", None))
+                      finish=getattr(lang, "finish_text", None), closing=getattr(lang, "closing_suffix", None),
+                      stream_closing=getattr(lang, "stream_closing_suffix", None))

@@ -38,6 +38,9 @@ class Constraint:
     """A suffix that makes the text complete, found cheaply, or None. With it, text is streamed only up to
     points it closes, so that whatever comes next the answer can end complete without taking back what was
     sent (`finish` may have to cut back unfinished text)."""
+    stream_closing: Callable[[str], str | None] | None = None
+    """A wider `closing` (placeholders allowed) that only decides how far text is streamed, and closes the streamed
+    text of an answer nothing else finishes; never lets the model stop. Unset: `closing`."""
 
 
 def stop_token_ids(tokenizer, model=None) -> set[int]:
@@ -331,16 +334,17 @@ def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p
     At a dead end (no candidate viable) the latest choice still held back is swapped for its next viable
     alternative (at most MAX_BACKTRACKS times per answer; the KV cache is cropped back). Only the last
     `constraint.lookahead` kept tokens can be taken back that way; older tokens are final and are streamed as
-    soon as the text up to them can be closed by `constraint.closing` (at once without one). So the stream
-    runs a few tokens behind the model and never has to take text back: at the end (the token budget, no
-    choice left) `constraint.finish` closes the whole text, or, where that would cut into streamed text, the
-    streamed text is closed with its known suffix and the tokens held back are dropped.
+    soon as the text up to them can be closed by `constraint.stream_closing` (else `closing`; at once without
+    either). So the stream runs a few tokens behind the model and never has to take text back: at the end (the
+    token budget, no choice left) `constraint.finish` closes the whole text, or, where that would cut into
+    streamed text, the streamed text is closed with its known suffix and the tokens held back are dropped.
     """
     device = next(model.parameters()).device
     keep_last = _keeps_last_logits_only(model)
     text = _Text(tokenizer)  # every kept token, held back or streamed
     out = _Detokenizer(tokenizer)  # the streamed ones
-    streamed_suffix = "" if constraint.closing is None else constraint.closing("")  # closes the streamed text
+    stream_closing = constraint.stream_closing or constraint.closing
+    streamed_suffix = "" if stream_closing is None else stream_closing("")  # closes the streamed text
     held: list[_Choices] = []  # per token that may still be taken back: the untried candidates at its position
     pending, past, backtracks, stopped = list(input_ids), None, 0, False
     closings: dict[str, str] = {}
@@ -381,7 +385,7 @@ def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p
             held.pop(0)  # the oldest is final now
         final = len(text.ids) - len(held)
         if final > len(out.ids):
-            suffix = "" if constraint.closing is None else constraint.closing(text.decoded(final))
+            suffix = "" if stream_closing is None else stream_closing(text.decoded(final))
             if suffix is not None:  # the final tokens can be closed: stream them
                 streamed_suffix = suffix
                 for token in text.ids[len(out.ids):final]:
@@ -396,7 +400,7 @@ def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p
     streamed = text.decoded(len(out.ids))
     if not answer.startswith(streamed):  # streamed text cannot be taken back
         answer = text.text
-    if constraint.closing is not None and streamed_suffix is not None and not constraint.complete(answer):
+    if stream_closing is not None and streamed_suffix is not None and not constraint.complete(answer):
         answer = streamed + streamed_suffix  # drop what was held back, close what was streamed
     sent = out.emitted
     for token in text.ids[len(out.ids):]:  # report the held-back tokens the answer keeps

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mens.lang.base import Diagnostic, Mode, ParseResult
 from mens.lang.vox.ast import base_kind
-from mens.lang.vox.complete import closing_suffix, completion_suffix, finish_text
+from mens.lang.vox.complete import closing_suffix, completion_suffix, finish_text, stream_closing_suffix
 from mens.lang.vox.lexer import Tokens, lex
 from mens.lang.vox.parser import Parser
 from mens.lang.vox.prefix import PrefixChecker, clean_viable_prefix, viable_prefix
@@ -76,6 +76,11 @@ class VoxLanguage:
     def closing_suffix(self, text: str) -> str | None:
         """A suffix that closes `text` so that it parses, found in a parse or two, or None (see `complete.py`)."""
         return closing_suffix(text, lambda t: parse(t).has_code)
+
+    def stream_closing_suffix(self, text: str) -> str | None:
+        """A suffix that closes `text`, with placeholders where needed, or None: how far a constrained answer may
+        be streamed (see `complete.py`)."""
+        return stream_closing_suffix(text, lambda t: parse(t).has_code)
 
     def finish_text(self, text: str) -> str:
         """An unfinished answer closed (or cut back to a line that can be closed) so that it parses."""
