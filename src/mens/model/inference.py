@@ -64,8 +64,9 @@ def _device(device: str) -> str:
 def load_for_inference(path: str | Path, *, device: str = "auto") -> LoadedModel:
     """Model + tokenizer + system prompt from a run directory or a model directory, in eval mode."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
+    from mens.model.load import auto_tokenizer
     from mens.model.quant import nf4_config
 
     p = Path(path)
@@ -83,12 +84,12 @@ def load_for_inference(path: str | Path, *, device: str = "auto") -> LoadedModel
             base.to(dev)
         model = PeftModel.from_pretrained(base, p)
         tok_dir = p if (p / "tokenizer_config.json").is_file() else base_dir
-        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+        tokenizer = auto_tokenizer(tok_dir)
         return LoadedModel(model.eval(), tokenizer, manifest.system_prompt, p.name, "run")
     if (p / "config.json").is_file():
         model = AutoModelForCausalLM.from_pretrained(p, dtype=torch.bfloat16 if dev == "cuda" else torch.float32)
         model.to(dev)
-        tokenizer = AutoTokenizer.from_pretrained(p)
+        tokenizer = auto_tokenizer(p)
         sp = p / SYSTEM_PROMPT
         system_prompt = sp.read_text(encoding="utf-8") if sp.is_file() else None
         return LoadedModel(model.eval(), tokenizer, system_prompt, p.name, "model")

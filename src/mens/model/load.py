@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 
 from mens.errors import ModelError
@@ -62,12 +63,48 @@ def weights_sha256(model_dir: str | Path) -> str:
     return h.hexdigest()
 
 
-def load_tokenizer(path: str | Path):
-    """The model's tokenizer with a chat template (ChatML when it has none) and a pad token."""
+TOKENIZER_PROBE = "fn add(a: int, b: int) to int {\n    return a + b  // the sum, done ✓\n}\n"
+"""Text encoded by both the loaded tokenizer and its tokenizer.json: code, spaces, a newline, non-ASCII."""
+
+
+def auto_tokenizer(path: str | Path):
+    """`AutoTokenizer`, unless it encodes differently from the directory's tokenizer.json: then that file as written.
+
+    transformers 5 loads a tokenizer.json as the model type's own class (Qwen2Tokenizer for qwen2), rebuilt from
+    the file's vocabulary and merges with the class's own pre-tokenizer. A tokenizer of another kind silently
+    loses text that way: a word-level tokenizer under a qwen2 config encoded `fn add(a: int, b: int)` as
+    `a(a:,b:)`, and every word the model was to learn was gone. One probe text encoded both ways tells."""
     from transformers import AutoTokenizer
 
+    tok = AutoTokenizer.from_pretrained(str(path))
+    file = Path(path) / "tokenizer.json"
+    if not file.is_file():
+        return tok
+    from tokenizers import Tokenizer
+
+    want = Tokenizer.from_file(str(file)).encode(TOKENIZER_PROBE, add_special_tokens=False).ids
+    got = tok(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]
+    if got == want:
+        return tok
+    from transformers import PreTrainedTokenizerFast
+
+    exact = PreTrainedTokenizerFast.from_pretrained(str(path))
+    if exact(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"] != want:
+        raise ModelError(f"{file}: neither {type(tok).__name__} nor the file itself loaded through transformers "
+                         "encodes text as the file does; re-save the tokenizer with this transformers version")
+    warnings.warn(f"{path}: transformers loads this tokenizer as {type(tok).__name__}, which encodes text "
+                  f"differently from its tokenizer.json ({len(got)} tokens for {len(want)} on a probe text, e.g. "
+                  f"{tok.decode(got)[:40]!r} for {TOKENIZER_PROBE[:40]!r}); using tokenizer.json as written",
+                  stacklevel=2)
+    return exact
+
+
+def load_tokenizer(path: str | Path):
+    """The model's tokenizer with a chat template (ChatML when it has none) and a pad token."""
     try:
-        tok = AutoTokenizer.from_pretrained(str(path))
+        tok = auto_tokenizer(path)
+    except ModelError:
+        raise
     except Exception as e:
         raise ModelError(f"{path}: tokenizer does not load ({type(e).__name__}: {e}); the directory needs "
                          "tokenizer.json or tokenizer_config.json") from None
