@@ -144,7 +144,7 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
     try:
         for step in range(start_step, total):
             t0 = time.time()
-            # This rank's share of the global batch, then micro-batches of batch_size rows.
+            # This rank's share of the global batch, then passes of micro_rows rows (batch_size unless merged).
             global_rows = plan.rows_for_step(step)
             mine = [rows[i] for i in global_rows[d.rank::d.world]]
             micro = step_passes(mine, micro_rows, merged=micro_rows != cfg.batch_size)  # grad_accum of them, or fewer
