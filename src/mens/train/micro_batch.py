@@ -17,6 +17,8 @@ runs of several processes.
 
 from __future__ import annotations
 
+from mens.train.packing import batch_loss_sum, row_tokens
+
 FIT_SHARE = 0.85
 """Share of the process's GPU memory a merged pass may plan to use (the rest: fragmentation, the CUDA context and
 kernels' workspaces outside the allocator)."""
@@ -39,8 +41,6 @@ def measure_pass(model, rows: list, *, pad_id: int, device: str, autocast) -> di
     once training starts). The gradients are dropped afterwards; call before the dropout stream is seeded (this
     pass draws from it)."""
     import torch
-
-    from mens.train.packing import batch_loss_sum
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     param_bytes = sum(p.numel() * p.element_size() for p in trainable)
@@ -76,8 +76,6 @@ def fit_micro_batch(setting: str, *, model, rows: list, batch_size: int, grad_ac
         return batch_size, f"{batch_size} rows x {grad_accum} passes (as set: {where})"
     import torch
 
-    from mens.train.packing import row_tokens
-
     longest = sorted(rows, key=row_tokens, reverse=True)[:2]
     one = measure_pass(model, longest[:1], pad_id=pad_id, device=device, autocast=autocast)
     free, _ = torch.cuda.mem_get_info(device)
@@ -104,8 +102,6 @@ def fit_micro_batch(setting: str, *, model, rows: list, batch_size: int, grad_ac
 
 def step_passes(rows: list, size: int, *, merged: bool) -> list[list]:
     """A step's rows in passes of `size`; merged passes take the rows longest first so each pass pads little."""
-    from mens.train.packing import row_tokens
-
     if merged:
         rows = sorted(rows, key=row_tokens, reverse=True)
     return [rows[i:i + size] for i in range(0, len(rows), size)]

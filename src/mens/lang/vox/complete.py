@@ -66,14 +66,22 @@ def completion_suffix(text: str, parses, viable=None) -> str | None:
     if parses(text):
         return ""
     leads = ("", '"', "'", " 0", "0", "x", "()", " = 0")
-    for lead in (*leads, *("\n" + lead for lead in leads)):  # a newline first ends a trailing comment
+    suffix = _quick_closing(text, (*leads, *("\n" + lead for lead in leads)), parses)  # a newline ends a comment
+    if suffix is not None or viable is None:
+        return suffix
+    return _search(text, parses, viable)
+
+
+def _quick_closing(text: str, leads, parses) -> str | None:
+    """The first `lead + mid + closers + tail` that makes `text` parse, leads in the order given."""
+    for lead in leads:
         for mid in ("", " {}"):  # `if cond` needs a block before the enclosing ones close
             closers = _closers(text + lead + mid)
             for tail in ("", " {}"):  # `fn f(a` needs its parameter list closed and then a body
                 suffix = lead + mid + closers + tail
                 if parses(text + suffix):
                     return suffix
-    return _search(text, parses, viable) if viable is not None else None
+    return None
 
 
 def closing_suffix(text: str, parses) -> str | None:
@@ -107,15 +115,8 @@ def stream_closing_suffix(text: str, parses) -> str | None:
     suffix = closing_suffix(text, parses)
     if suffix is not None:
         return suffix
-    for lead in (*_STREAM_LEADS, _LAST_RESORT):
-        quote = _open_quote(text + lead) or ""
-        for mid in ("", " {}"):
-            closers = _closers(text + lead + quote + mid)
-            for tail in ("", " {}"):
-                suffix = lead + quote + mid + closers + tail
-                if parses(text + suffix):
-                    return suffix
-    return None
+    leads = (lead + (_open_quote(text + lead) or "") for lead in (*_STREAM_LEADS, _LAST_RESORT))
+    return _quick_closing(text, leads, parses)
 
 
 MAX_CUTS = 200
