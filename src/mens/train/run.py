@@ -113,6 +113,20 @@ def autocast_dtype(setting: str, device: str, backend: str) -> str | None:
     return None
 
 
+def param_groups(model, lr: float, lora_plus_ratio: float) -> list[dict]:
+    """The optimizer's parameter groups: every trainable tensor at `lr`, except that with LoRA+ (ratio > 1) the
+    adapters' B matrices get `lr * ratio` in a second group. The scheduler scales both groups alike."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if lora_plus_ratio == 1.0:
+        return [{"params": [p for _, p in named], "lr": lr}]
+    b = [p for n, p in named if ".lora_B." in n or ".lora_embedding_B." in n]
+    if not b:
+        raise ConfigError(f"optimizer.lora_plus_ratio is {lora_plus_ratio:g}, but the model has no LoRA B matrices "
+                          "to give it to; set it to 1 or use a LoRA backend")
+    rest = [p for n, p in named if not (".lora_B." in n or ".lora_embedding_B." in n)]
+    return [{"params": rest, "lr": lr}, {"params": b, "lr": lr * lora_plus_ratio}]
+
+
 def _autocast(dtype: str | None, device: str):
     import torch
 
@@ -369,9 +383,10 @@ def run_training(cfg: TrainConfig) -> dict:
         parallelism += "; sharded " + pf.run("fsdp", fsdp.shard_model, model, device)
         d.sharded = True  # before the optimizer: it must hold the sharded parameters
     pf.ok("parallelism", parallelism)
-    params = [p for p in model.parameters() if p.requires_grad]
+    groups = param_groups(model, cfg.learning_rate, cfg.lora_plus_ratio if cfg.backend != "full" else 1.0)
+    params = [p for g in groups for p in g["params"]]
     # fused: one CUDA kernel for the whole update instead of several per parameter tensor (the same math)
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, betas=(0.9, 0.999), eps=1e-8,
+    optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, 0.999), eps=1e-8,
                                   weight_decay=cfg.weight_decay, fused=device.startswith("cuda") or None)
     warmup = effective_warmup(cfg.warmup_steps, inp.plan.total_steps)
     scheduler = make_scheduler(optimizer, warmup=warmup, total=inp.plan.total_steps)
