@@ -12,6 +12,7 @@ from mens.errors import ConfigError
 from mens.model.load import load_base
 from mens.model.lora import attach_lora
 from mens.train.run import param_groups, run_training
+from mens.train.telemetry import read_events
 
 
 def test_groups_split_b_from_the_rest(tiny_model_dir):
@@ -49,3 +50,21 @@ def test_a_run_with_lora_plus_moves_b_further_and_records_it(data_dir, tmp_path,
     assert norm(a, "lora_A") > 0 and norm(b, "lora_A") > 0
     man = json.loads((plus / "training_manifest.json").read_text())
     assert man["config"]["lora_plus_ratio"] == 16.0
+
+
+def test_resume_restores_both_groups(data_dir, tmp_path, tiny_model_dir):
+    """A run resumed from its step-3 checkpoint ends where the uninterrupted run did: the B group's own rate and
+    Adam state come back from the checkpoint."""
+    import shutil
+
+    over = dict(save_every=3, max_steps=6, lora_plus_ratio=8.0, learning_rate=3e-3, warmup_steps=2)
+    ref, cut = tmp_path / "ref", tmp_path / "cut"
+    run_training(tiny_config(data_dir, ref, tiny_model_dir, **over))
+    shutil.copytree(ref, cut)
+    shutil.rmtree(cut / "checkpoints" / "step-6", ignore_errors=True)
+    (cut / "adapter_model.safetensors").unlink()
+    run_training(tiny_config(data_dir, cut, tiny_model_dir, **over, resume=True))
+    starts = [e["resumed_from_step"] for e in read_events(cut) if e["event"] == "train_start"]
+    assert starts == [None, 3]
+    a, b = load_file(str(ref / "adapter_model.safetensors")), load_file(str(cut / "adapter_model.safetensors"))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-6
