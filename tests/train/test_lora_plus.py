@@ -50,6 +50,8 @@ def test_a_run_with_lora_plus_moves_b_further_and_records_it(data_dir, tmp_path,
     assert norm(a, "lora_A") > 0 and norm(b, "lora_A") > 0
     man = json.loads((plus / "training_manifest.json").read_text())
     assert man["config"]["lora_plus_ratio"] == 16.0
+    checks = json.loads((plus / "training-preflight.json").read_text())["checks"]
+    assert any(c["check"] == "optimizer" and "16x" in c["detail"] for c in checks)
 
 
 def test_resume_restores_both_groups(data_dir, tmp_path, tiny_model_dir):

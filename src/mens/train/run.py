@@ -385,6 +385,9 @@ def run_training(cfg: TrainConfig) -> dict:
     pf.ok("parallelism", parallelism)
     groups = param_groups(model, cfg.learning_rate, cfg.lora_plus_ratio if cfg.backend != "full" else 1.0)
     params = [p for g in groups for p in g["params"]]
+    if len(groups) > 1:
+        pf.ok("optimizer", f"AdamW, LoRA+: {len(groups[1]['params'])} B matrices at {cfg.lora_plus_ratio:g}x the "
+              f"learning rate ({groups[1]['lr']:.3g}), the rest at {groups[0]['lr']:.3g}")
     # fused: one CUDA kernel for the whole update instead of several per parameter tensor (the same math)
     optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, 0.999), eps=1e-8,
                                   weight_decay=cfg.weight_decay, fused=device.startswith("cuda") or None)
