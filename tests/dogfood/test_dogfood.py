@@ -200,7 +200,8 @@ def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base):
 
 def test_a_short_budgeted_schedule_doubles_the_cpu_presets_learning_rate_unless_the_user_set_one(tmp_path, tiny_base,
                                                                                                   monkeypatch):
-    """The plan's lr_scale reaches the trained config on the cpu preset; a rate given in `train:` is kept."""
+    """The plan's lr_scale reaches the trained config on the cpu preset; a rate given in `train:` is kept, and so is
+    the recipe's rate under LoRA+ (the scale was measured on plain LoRA)."""
     from mens.dogfood import stages
     from mens.dogfood.pipeline import Pipeline
     from mens.train.presets import load_preset
@@ -209,7 +210,8 @@ def test_a_short_budgeted_schedule_doubles_the_cpu_presets_learning_rate_unless_
     monkeypatch.setattr(stages, "_budget_plan", lambda *_: plan)
     cpu_lr = load_preset("cpu")["learning_rate"]
     for name, train, want in (("default", {"preset": "cpu"}, 2 * cpu_lr),
-                              ("own", {"preset": "cpu", "optimizer.learning_rate": 1e-4}, 1e-4)):
+                              ("own", {"preset": "cpu", "optimizer.learning_rate": 1e-4}, 1e-4),
+                              ("loraplus", {"preset": "cpu", "optimizer.lora_plus_ratio": 16.0}, cpu_lr)):
         out = tmp_path / name
         pipeline = Pipeline(_cfg(out, tiny_base, budget="1h", quick=False, train=train, synthetic=5, tasks=5,
                                  requests=False, dev_pairs=False), log=lambda _: None)
@@ -218,3 +220,5 @@ def test_a_short_budgeted_schedule_doubles_the_cpu_presets_learning_rate_unless_
         pipeline.run()
         config = json.loads((out / "run" / "training_manifest.json").read_text())["config"]
         assert config["learning_rate"] == pytest.approx(want) and config["max_steps"] == 2, name
+        note = json.loads((out / "dogfood_state.json").read_text())["stages"]["train"]["note"]
+        assert ("not applied: optimizer.lora_plus_ratio is set" in note) == (name == "loraplus"), note
