@@ -111,9 +111,10 @@ class OptimizerConfig(Section):
     """AdamW weight decay."""
     max_grad_norm: float = setting(1.0, ge=0.0)
     """Gradient clipping threshold (global L2 norm); 0 disables."""
-    lora_plus_ratio: float = setting(1.0, ge=1.0)
+    lora_plus_ratio: float = setting(1.0, "--lora-plus-ratio", "--loraplus-lr-ratio", ge=1.0)
     """LoRA+ (Hayou et al. 2024): the adapters' B matrices learn at this many times `learning_rate`, their A
-    matrices at `learning_rate`. 1 = plain LoRA; the paper used 16. Ignored by --backend full."""
+    matrices at `learning_rate`. 1 = plain LoRA; the paper used 16 (Axolotl and LLaMA-Factory: loraplus_lr_ratio).
+    Ignored by --backend full."""
     neftune_alpha: float = setting(0.0, ge=0.0)
     """NEFTune (Jain et al. 2023; TRL's `neftune_noise_alpha`): uniform noise of magnitude alpha / sqrt(L * d) on the
     input embeddings during training steps only (L = row length, packed rows included; d = hidden size). 0 = off;
