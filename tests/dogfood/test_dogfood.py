@@ -222,3 +222,4 @@ def test_a_short_budgeted_schedule_doubles_the_cpu_presets_learning_rate_unless_
         assert config["learning_rate"] == pytest.approx(want) and config["max_steps"] == 2, name
         note = json.loads((out / "dogfood_state.json").read_text())["stages"]["train"]["note"]
         assert ("not applied: optimizer.lora_plus_ratio is set" in note) == (name == "loraplus"), note
+        assert ("not applied: the learning rate given, 0.0001, is kept" in note) == (name == "own"), note

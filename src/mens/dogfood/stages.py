@@ -201,11 +201,17 @@ def train(ctx: Context, **round_kw) -> str:
         note = plan["note"]
         # measured on the cpu preset with plain LoRA only; a rate the user chose is theirs. With LoRA+ the B
         # matrices already train faster, and 3x on top of it diverged (bench/results/lora_plus-pilot-vm.json).
-        if tc.preset == "cpu" and not has_setting(ctx.cfg.train, "optimizer.learning_rate"):
-            if tc.lora_plus_ratio == 1.0:
-                tc.learning_rate *= plan.get("lr_scale") or 1.0
-            elif (plan.get("lr_scale") or 1.0) != 1.0:
-                note += " (not applied: optimizer.lora_plus_ratio is set)"
+        scale = plan.get("lr_scale") or 1.0
+        if scale == 1.0:
+            pass
+        elif tc.preset != "cpu":
+            note += f" (not applied: measured on the cpu preset only, and this run's preset is {tc.preset})"
+        elif has_setting(ctx.cfg.train, "optimizer.learning_rate"):
+            note += f" (not applied: the learning rate given, {tc.learning_rate:g}, is kept)"
+        elif tc.lora_plus_ratio != 1.0:
+            note += " (not applied: optimizer.lora_plus_ratio is set)"
+        else:
+            tc.learning_rate *= scale
         budget_note = f"; budget {ctx.cfg.budget}: {note}"
         ctx.log(f"    budget {ctx.cfg.budget}: {note}")
     ctx.log(f"    preset {tc.preset}, backend {tc.backend}, device {tc.device}, "
