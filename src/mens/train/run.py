@@ -119,11 +119,12 @@ def param_groups(model, lr: float, lora_plus_ratio: float) -> list[dict]:
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if lora_plus_ratio == 1.0:
         return [{"params": [p for _, p in named], "lr": lr}]
-    b = [p for n, p in named if ".lora_B." in n or ".lora_embedding_B." in n]
+    rest, b = [], []
+    for n, p in named:
+        (b if ".lora_B." in n or ".lora_embedding_B." in n else rest).append(p)
     if not b:
         raise ConfigError(f"optimizer.lora_plus_ratio is {lora_plus_ratio:g}, but the model has no LoRA B matrices "
                           "to give it to; set it to 1 or use a LoRA backend")
-    rest = [p for n, p in named if not (".lora_B." in n or ".lora_embedding_B." in n)]
     return [{"params": rest, "lr": lr}, {"params": b, "lr": lr * lora_plus_ratio}]
 
 
