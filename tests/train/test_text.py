@@ -84,3 +84,44 @@ def test_loss_ignores_whatever_is_predicted_at_prompt_positions(tok):
     last = collate([[encode_chat(tok, _chat(), seq_len=512, ce_last_k=k)]], 0)
     manual = torch.nn.functional.cross_entropy(logits[0, -k - 1:-1], torch.tensor(ex.ids[-k:]), reduction="sum")
     assert torch.allclose(token_loss_sum(logits, last["labels"]), manual)
+
+
+def _pairs(groups: dict[str, int]) -> list[TrainPair]:
+    """`n` phrasings of a request for each answer, interleaved as a template generator writes them."""
+    rows = []
+    for answer, n in groups.items():
+        rows += [TrainPair(prompt=f"ask {answer} way {i}", response=answer) for i in range(n)]
+    return rows
+
+
+def test_keep_per_answer_keeps_at_most_n_of_each_answer_and_every_answer():
+    from mens.train.data import keep_per_answer
+
+    pairs = _pairs({"fn a() {}": 3, "fn b() {}": 1, "fn c() {}": 6, "fn d() {}": 2})
+    for limit in (1, 2, 5):
+        kept = keep_per_answer(pairs, limit)
+        counts = {}
+        for p in kept:
+            counts[p.response] = counts.get(p.response, 0) + 1
+        assert counts == {"fn a() {}": min(3, limit), "fn b() {}": 1, "fn c() {}": min(6, limit),
+                          "fn d() {}": min(2, limit)}
+        assert [pairs.index(p) for p in kept] == sorted(pairs.index(p) for p in kept)  # file order kept
+    # the choice depends on the answer text only: the same rows whatever else is in the file
+    alone = keep_per_answer(_pairs({"fn c() {}": 6}), 1)
+    assert alone[0].prompt == next(p.prompt for p in keep_per_answer(pairs, 1) if p.response == "fn c() {}")
+    # and not always the first phrasing
+    firsts = [p.prompt.endswith("way 0") for p in keep_per_answer(_pairs({f"fn f{i}() {{}}": 3 for i in range(12)}), 1)]
+    assert 0 < sum(firsts) < 12
+
+
+def test_read_examples_max_per_answer_reports_what_it_dropped(tmp_path, tok):
+    from mens.train.data import read_examples
+
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(p.model_dump_json() + "\n" for p in _pairs({"fn a() {}": 3, "fn b() {}": 2})))
+    every, skipped, n = read_examples(path, tok, seq_len=128, ce_last_k=0, system_prompt=None, min_rating=1)
+    assert (len(every), skipped, n) == (5, {}, 5)
+    one, skipped, n = read_examples(path, tok, seq_len=128, ce_last_k=0, system_prompt=None, min_rating=1,
+                                    max_per_answer=1)
+    assert (len(one), n) == (2, 5)
+    assert skipped == {"same answer as kept rows (max_per_answer)": 3}

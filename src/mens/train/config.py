@@ -98,6 +98,11 @@ class DataConfig(Section):
     """System prompt for prompt/response rows; unset = the packaged Vox prompt, "" = none."""
     min_rating: int = 3
     """Rows rated below this are dropped (rows without a rating are kept)."""
+    max_per_answer: int = setting(0, ge=0)
+    """Keep at most this many rows with the same answer (0 = all). Template-built data pairs one program with
+    several phrasings of its request; a run too short to see each row once learns from more distinct programs
+    with fewer phrasings each. Which rows stay depends only on the answer text, so every seed, and a resumed run,
+    trains on the same rows."""
     min_examples: int = setting(20, ge=0)
     """Preflight fails with fewer usable training examples than this."""
 

@@ -47,7 +47,7 @@ class Dataset:
 
 
 def read_examples(path: Path, tokenizer, *, seq_len: int, ce_last_k: int, system_prompt: str | None,
-                  min_rating: int) -> tuple[list[Example], dict[str, int], int]:
+                  min_rating: int, max_per_answer: int = 0) -> tuple[list[Example], dict[str, int], int]:
     """Encode every good row; any bad line is a one-line DataError listing file:line and the reason.
 
     Rows come from the bounded reader (`read_pairs`): line size, JSON depth, lone surrogates and NUL characters are
@@ -57,7 +57,7 @@ def read_examples(path: Path, tokenizer, *, seq_len: int, ce_last_k: int, system
     (MAX_JSONL_FILE_BYTES), a DataError before anything is read.
     """
     bad: list[BadLine] = []
-    examples: list[Example] = []
+    pairs = []
     skipped: dict[str, int] = {}
     n = 0
     for _, item in read_pairs(path):
@@ -68,6 +68,19 @@ def read_examples(path: Path, tokenizer, *, seq_len: int, ce_last_k: int, system
         if item.rating is not None and item.rating < min_rating:
             skipped["rating_below_min"] = skipped.get("rating_below_min", 0) + 1
             continue
+        pairs.append(item)
+    if bad:  # one line: each bad row's file:line and reason (the first 10)
+        shown = "; ".join(str(b) for b in bad[:10])
+        more = f"; … and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise DataError(f"{path}: {len(bad)} of {n} lines are not valid train.jsonl records: {shown}{more}. "
+                        "Fix or drop them (`mens corpus validate` writes rejects with reasons), then re-run")
+    if max_per_answer > 0:
+        kept = keep_per_answer(pairs, max_per_answer)
+        if len(kept) < len(pairs):
+            skipped["same answer as kept rows (max_per_answer)"] = len(pairs) - len(kept)
+        pairs = kept
+    examples: list[Example] = []
+    for item in pairs:
         ex = encode_chat(tokenizer, chat_for_row(item, system_prompt), seq_len=seq_len, ce_last_k=ce_last_k)
         if isinstance(ex, str):
             skipped[ex] = skipped.get(ex, 0) + 1
@@ -76,12 +89,24 @@ def read_examples(path: Path, tokenizer, *, seq_len: int, ce_last_k: int, system
             skipped["token id out of vocabulary"] = skipped.get("token id out of vocabulary", 0) + 1
             continue
         examples.append(ex)
-    if bad:  # one line: each bad row's file:line and reason (the first 10)
-        shown = "; ".join(str(b) for b in bad[:10])
-        more = f"; … and {len(bad) - 10} more" if len(bad) > 10 else ""
-        raise DataError(f"{path}: {len(bad)} of {n} lines are not valid train.jsonl records: {shown}{more}. "
-                        "Fix or drop them (`mens corpus validate` writes rejects with reasons), then re-run")
     return examples, skipped, n
+
+
+def keep_per_answer(pairs: list, limit: int) -> list:
+    """At most `limit` rows per distinct answer (the last assistant turn), in file order.
+
+    Which rows of a group stay depends only on the answer text: the group's rows are taken in file order from
+    index sha256(answer) mod group size, wrapping round. So the choice is the same for every seed and on resume,
+    and it does not favour the first phrasing a generator happens to write.
+    """
+    groups: dict[str, list[int]] = {}
+    for i, pair in enumerate(pairs):
+        groups.setdefault(pair.chat()[-1]["content"], []).append(i)
+    keep: set[int] = set()
+    for answer, idx in groups.items():
+        start = int(hashlib.sha256(answer.encode("utf-8")).hexdigest(), 16) % len(idx)
+        keep.update((idx[start:] + idx[:start])[:limit])
+    return [p for i, p in enumerate(pairs) if i in keep]
 
 
 def split_validation(examples: list[Example], fraction: float, seed: int) -> tuple[list[Example], list[Example]]:

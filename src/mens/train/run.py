@@ -139,7 +139,8 @@ def _autocast(dtype: str | None, device: str):
 def _read_data(cfg: TrainConfig, tokenizer, system_prompt):
     path = resolve_data_file(cfg.data.path)
     examples, skipped, n = read_examples(path, tokenizer, seq_len=cfg.seq_len, ce_last_k=cfg.ce_last_k,
-                                         system_prompt=system_prompt, min_rating=cfg.min_rating)
+                                         system_prompt=system_prompt, min_rating=cfg.min_rating,
+                                         max_per_answer=cfg.data.max_per_answer)
     if len(examples) < cfg.min_examples:
         raise DataError(f"{path}: {len(examples)} usable examples of {n} rows (skipped: {skipped or 'none'}); "
                         f"at least {cfg.min_examples} are needed (--min-examples). Add data with `mens corpus pairs`")
