@@ -178,6 +178,7 @@ def test_zero_synthetic_and_task_pairs_leave_those_sources_out(tmp_path, tiny_ba
 def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base):
     """--budget: a few probe steps of the real recipe are timed, the plan (budget.json) gives training what fits,
     the stage note says so, and a resumed run keeps the plan."""
+    from mens.dogfood.budget import POST_TRAIN_FACTOR, POST_TRAIN_FIXED_S
     from mens.dogfood.pipeline import Pipeline
 
     out = tmp_path / "df"
@@ -187,7 +188,7 @@ def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base):
     plan = json.loads((out / "data/budget.json").read_text())
     assert plan["steps"] == plan["recipe_steps"] == 3 and plan["budget_s"] == 3600
     base_eval_s = json.loads((out / "dogfood_state.json").read_text())["stages"]["eval-base"]["seconds"]
-    assert plan["reserve_s"] == pytest.approx(4 * base_eval_s + 30, abs=0.2)
+    assert plan["reserve_s"] == pytest.approx(POST_TRAIN_FACTOR * base_eval_s + POST_TRAIN_FIXED_S, abs=0.2)
     assert plan["probe"]["step_s"] > 0 and plan["elapsed_s"] > 0 and plan["cpu"] is not None
     assert not (out / "budget_probe").exists()  # the probe run is thrown away
     state = json.loads((out / "dogfood_state.json").read_text())

@@ -24,11 +24,12 @@ from mens.errors import UsageError
 
 PROBE_STEPS = 4
 """Optimizer steps the probe trains; the first is not timed (allocation, first-call kernels)."""
-POST_TRAIN_FACTOR = 4.0
-"""The stages after training against the base model's greedy evaluation (same tasks, same token budget): the tuned
-eval's three modes cost about three base evals (greedy one, parse-and-retry resamples the failures, constrained
-decodes the rest one at a time) and the served-parity stage about one more (a full dogfood run on a 2-core AMD
-EPYC: base eval 132 s; tuned eval 403 s, parity 133 s; bench/results/dogfood-seed1-vm.json)."""
+POST_TRAIN_FACTOR = 3.0
+"""The stages after training against the base model's greedy evaluation (same tasks, same token budget). Measured
+on 30-minute runs on a 2-core AMD EPYC (bench/results/dogfood-budget30-lr3-vm.json, -24a2c4a-vm.json): base eval
+113-126 s; then tuned eval (three modes; greedy answers are reused by the other two) 174-198 s and served parity
+114-116 s, i.e. 2.3-2.6 times the base eval. 3 leaves a margin for a tuned model whose failures take longer to
+retry and constrain; every second over-reserved is a second the budget does not train."""
 POST_TRAIN_FIXED_S = 30.0
 """Merge, model card and report, whatever the task count."""
 SAFETY = 0.92
