@@ -45,9 +45,12 @@ def test_a_budget_too_small_for_training_is_refused_with_the_numbers():
     assert MIN_STEPS == 20
 
 
-def test_a_short_schedule_trains_at_three_times_the_recipes_learning_rate():
-    """At most half the recipe's steps: lr_scale 3 (measured on the cpu preset); a longer cut or the full recipe: 1."""
+def test_a_short_schedule_trains_with_lora_plus_at_three_quarters_of_the_recipes_rate():
+    """At most half the recipe's steps: LoRA+ ratio 16 at 0.75x the rate (measured on the cpu preset); a longer cut
+    or the full recipe: plain LoRA at the recipe's rate."""
     short = plan_budget(1800, 120, 100, _probe())  # 197 of 742 steps
-    assert short.lr_scale == 3.0 and "3x the recipe's learning rate" in short.note
-    assert plan_budget(1800, 120, 100, _probe(step_s=2.0)).lr_scale == 1.0  # 593 of 742
-    assert plan_budget(1800, 120, 100, _probe(step_s=0.5)).lr_scale == 1.0  # the whole recipe
+    assert (short.lr_scale, short.lora_plus_ratio) == (0.75, 16.0)
+    assert "LoRA+ (B matrices at 16x the rate) at 0.75x the recipe's learning rate" in short.note
+    for longer in (plan_budget(1800, 120, 100, _probe(step_s=2.0)),  # 593 of 742
+                   plan_budget(1800, 120, 100, _probe(step_s=0.5))):  # the whole recipe
+        assert (longer.lr_scale, longer.lora_plus_ratio) == (1.0, 1.0) and "LoRA+" not in longer.note
