@@ -12,6 +12,7 @@ from the first recipe on every seed both ran on the same data (a paired comparis
 
 Run:  python bench/recipe_seeds.py --data D --bench B --seeds 0,1,2 --recipe default= --recipe nef="--neftune-alpha 5"
       python bench/recipe_seeds.py --bench B --from-runs default=RUN,RUN --from-runs nef=RUN,RUN [--note nef=TEXT]
+            [--data-recipe nef]   (nef trained on its own train.jsonl: pair its runs by seed alone)
 """
 
 from __future__ import annotations
@@ -83,12 +84,14 @@ def recipe_summary(runs: list[dict]) -> dict:
             "failed_in_every_run": sorted(always)}
 
 
-def paired(first: list[dict], other: list[dict]) -> list[dict]:
-    """Per seed run by both on the same data: the other recipe's gain in tasks (negative = fewer)."""
-    base = {(r["seed"], r["data_sha256"]): r for r in first}
+def paired(first: list[dict], other: list[dict], *, any_data: bool = False) -> list[dict]:
+    """Per seed run by both on the same data (any data with `any_data`: a recipe that is a change of the training
+    file itself): the other recipe's gain in tasks (negative = fewer)."""
+    key = (lambda r: r["seed"]) if any_data else (lambda r: (r["seed"], r["data_sha256"]))
+    base = {key(r): r for r in first}
     return [{"seed": r["seed"], "nonempty_parse": r["nonempty_parse"] - b["nonempty_parse"],
              "task_pass": r["task_pass"] - b["task_pass"]}
-            for r in other if (b := base.get((r["seed"], r["data_sha256"])))]
+            for r in other if (b := base.get(key(r)))]
 
 
 def main() -> None:
@@ -101,6 +104,9 @@ def main() -> None:
     ap.add_argument("--from-runs", action="append", default=[], metavar="NAME=RUN,RUN",
                     help="Record finished, evaluated run directories as recipe NAME instead of training.")
     ap.add_argument("--note", action="append", default=[], metavar="NAME=TEXT", help="What recipe NAME is.")
+    ap.add_argument("--data-recipe", action="append", default=[], metavar="NAME",
+                    help="Recipe NAME is a change of the training file (its runs trained on another file): pair its "
+                         "runs with the first recipe's by seed alone.")
     ap.add_argument("--out-dir", type=Path, default=Path("runs/recipe_seeds"), help="Where new runs go.")
     ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/recipe_seeds-<host>.json).")
     args = ap.parse_args()
@@ -131,7 +137,8 @@ def main() -> None:
     first = next(iter(recipes))
     for name, rec in recipes.items():
         if name != first:
-            rec["paired_gain_over_" + first] = paired(recipes[first]["runs"], rec["runs"])
+            rec["paired_gain_over_" + first] = paired(recipes[first]["runs"], rec["runs"],
+                                                      any_data=name in args.data_recipe)
     result = {"bench": "recipe_seeds", **machine(), "heldout_bench": str(args.bench),
               "heldout_bench_sha256": bench_sha, "decoding": "greedy", "recipes": recipes}
     dest = args.output or REPO / "bench" / "results" / f"recipe_seeds-{socket.gethostname()}.json"

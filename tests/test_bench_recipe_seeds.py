@@ -45,6 +45,13 @@ def test_from_runs_summarizes_and_pairs(tmp_path):
     assert plain["runs"][1]["config_changes"] == {}
     # seed 1 of `noise` trained on other data, so only seed 0 is a paired comparison
     assert noise["paired_gain_over_plain"] == [{"seed": 0, "nonempty_parse": 1, "task_pass": 1}]
+    # unless the recipe is a change of the data itself: then runs pair by seed
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "recipe_seeds.py"), "--bench", str(bench),
+                           "--from-runs", f"plain={a0},{a1}", "--from-runs", f"noise={b0},{b1}",
+                           "--data-recipe", "noise", "--output", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["recipes"]["noise"]["paired_gain_over_plain"] == [
+        {"seed": 0, "nonempty_parse": 1, "task_pass": 1}, {"seed": 1, "nonempty_parse": 0, "task_pass": 2}]
 
 
 def test_a_run_judged_on_another_bench_is_refused(tmp_path):
