@@ -24,19 +24,19 @@ def _probe(step_s=6.0, recipe=742):
 
 def test_plan_fits_steps_to_what_the_budget_leaves():
     plan = plan_budget(1800, elapsed_s=120, base_eval_s=100, probe=_probe())
-    # 1800 - 120 - (3 * 100 + 30) = 1350 s for training; 0.92 * 1350 - 15 - 40 = 1187 s -> 197 steps of 6 s
-    assert plan.train_s == 1350 and plan.steps == 197 and plan.recipe_steps == 742
-    assert plan.eval_every == 197 and "197 of the recipe's 742 steps" in plan.note  # one validation, at the end
+    # 1800 - 120 - (4 * 100 + 30) = 1250 s for training; 0.92 * 1250 - 15 - 40 = 1095 s -> 182 steps of 6 s
+    assert plan.train_s == 1250 and plan.steps == 182 and plan.recipe_steps == 742
+    assert plan.eval_every == 182 and "182 of the recipe's 742 steps" in plan.note  # one validation, at the end
     planned = plan.steps * 6.0 + 40 + 15 + plan.elapsed_s + plan.reserve_s
     assert planned <= 1800  # the plan keeps the budget by its own numbers
     # the hard limit for a machine that slows down mid-run: the training share less start-up and a final validation
-    assert plan.max_time_s == 1350 - 15 - 40 and plan.max_time_s > plan.steps * 6.0 + 40
+    assert plan.max_time_s == 1250 - 15 - 40 and plan.max_time_s > plan.steps * 6.0 + 40
 
 
 def test_a_slower_machine_gets_fewer_steps_and_a_fast_one_never_more_than_the_recipe():
     slow = plan_budget(1800, 120, 100, _probe(step_s=12.0))
     fast = plan_budget(1800, 120, 100, _probe(step_s=0.5))
-    assert slow.steps == 98 and fast.steps == 742 and "fit the budget" in fast.note
+    assert slow.steps == 91 and fast.steps == 742 and "fit the budget" in fast.note
 
 
 def test_a_budget_too_small_for_training_is_refused_with_the_numbers():
@@ -48,9 +48,18 @@ def test_a_budget_too_small_for_training_is_refused_with_the_numbers():
 def test_a_short_schedule_trains_with_lora_plus_at_three_quarters_of_the_recipes_rate():
     """At most half the recipe's steps: LoRA+ ratio 16 at 0.75x the rate (measured on the cpu preset); a longer cut
     or the full recipe: plain LoRA at the recipe's rate."""
-    short = plan_budget(1800, 120, 100, _probe())  # 197 of 742 steps
+    short = plan_budget(1800, 120, 100, _probe())  # 182 of 742 steps
     assert (short.lr_scale, short.lora_plus_ratio) == (0.75, 16.0)
     assert "LoRA+ (B matrices at 16x the rate) at 0.75x the recipe's learning rate" in short.note
-    for longer in (plan_budget(1800, 120, 100, _probe(step_s=2.0)),  # 593 of 742
+    for longer in (plan_budget(1800, 120, 100, _probe(step_s=2.0)),  # 547 of 742
                    plan_budget(1800, 120, 100, _probe(step_s=0.5))):  # the whole recipe
         assert (longer.lr_scale, longer.lora_plus_ratio) == (1.0, 1.0) and "LoRA+" not in longer.note
+
+
+def test_the_launch_time_counts_only_when_it_is_this_commands():
+    from mens.dogfood.budget import LAUNCHED_AT_ENV, since_launch
+
+    assert since_launch(1000.0, {LAUNCHED_AT_ENV: "910"}) == 90.0  # scripts/mens started 90 s ago (venv built)
+    for value in ("-3000", "1001", "soon", ""):  # over an hour back, in the future, not a number, empty
+        assert since_launch(1000.0, {LAUNCHED_AT_ENV: value}) is None, value
+    assert since_launch(1000.0, {}) is None

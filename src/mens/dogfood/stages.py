@@ -13,6 +13,7 @@ heavy libraries are imported inside the stages that need them.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import yaml
@@ -239,7 +240,7 @@ def _budget_plan(ctx: Context, tc, budget_s: float) -> dict:
     import time
     from dataclasses import asdict
 
-    from mens.dogfood.budget import cpu_name, plan_budget, probe_training, write_plan
+    from mens.dogfood.budget import cpu_name, plan_budget, probe_training, since_launch, write_plan
     from mens.train.run import cpu_has_native_bf16
 
     path = ctx.path("data", BUDGET)
@@ -249,6 +250,9 @@ def _budget_plan(ctx: Context, tc, budget_s: float) -> dict:
     t0 = time.time()
     probe = probe_training(tc, ctx.path("budget_probe"))
     elapsed = sum(v.get("seconds") or 0 for v in stages.values()) + (time.time() - t0)
+    # The whole command's time where the launcher gave its start (set-up included); on a resumed run the stages of
+    # earlier commands are the larger number.
+    elapsed = max(elapsed, since_launch(time.time(), dict(os.environ)) or 0.0)
     plan = plan_budget(budget_s, elapsed, (stages.get("eval-base") or {}).get("seconds") or 0.0, probe,
                        cpu=cpu_name(), native_bf16=cpu_has_native_bf16())
     write_plan(plan, path)
