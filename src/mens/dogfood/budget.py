@@ -20,6 +20,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -63,7 +64,7 @@ MAX_LAUNCH_S = 3600.0
 """A launch time further back than this is not this command's (a variable left in a shell), and is ignored."""
 
 
-def since_launch(now: float, environ: dict[str, str]) -> float | None:
+def since_launch(now: float, environ: Mapping[str, str]) -> float | None:
     """Seconds since `scripts/mens` started this command, or None when it did not (or the value is not sane)."""
     try:
         seconds = now - float(environ.get(LAUNCHED_AT_ENV, ""))

@@ -252,7 +252,7 @@ def _budget_plan(ctx: Context, tc, budget_s: float) -> dict:
     elapsed = sum(v.get("seconds") or 0 for v in stages.values()) + (time.time() - t0)
     # The whole command's time where the launcher gave its start (set-up included); on a resumed run the stages of
     # earlier commands are the larger number.
-    elapsed = max(elapsed, since_launch(time.time(), dict(os.environ)) or 0.0)
+    elapsed = max(elapsed, since_launch(time.time(), os.environ) or 0.0)
     plan = plan_budget(budget_s, elapsed, (stages.get("eval-base") or {}).get("seconds") or 0.0, probe,
                        cpu=cpu_name(), native_bf16=cpu_has_native_bf16())
     write_plan(plan, path)

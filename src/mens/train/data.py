@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mens.corpus.records import BadLine, read_pairs
+from mens.corpus.units import sha256_text
 from mens.errors import DataError
 from mens.train.packing import Row, pack_examples
 from mens.train.text import Example, chat_for_row, encode_chat
@@ -104,7 +105,7 @@ def keep_per_answer(pairs: list, limit: int) -> list:
         groups.setdefault(pair.chat()[-1]["content"], []).append(i)
     keep: set[int] = set()
     for answer, idx in groups.items():
-        start = int(hashlib.sha256(answer.encode("utf-8")).hexdigest(), 16) % len(idx)
+        start = int(sha256_text(answer), 16) % len(idx)
         keep.update((idx[start:] + idx[:start])[:limit])
     return [p for i, p in enumerate(pairs) if i in keep]
 
