@@ -5,14 +5,16 @@ Data: every shared-corpus Vox example as a prompt/response pair, encoded once by
 Vox system prompt, loss on the assistant's tokens only, left truncation), so both sides train on the same token
 sequences. Both: LoRA on the same projections, f32 on CPU, packing, the same rows per step, AdamW, cosine without
 warmup, seed 42. Pairs: mens vs TRL with LoRA, and with QLoRA (bitsandbytes' CPU NF4 on both sides); mens' LoRA
-unpacked runs on request. Every run is a subprocess of its own (so peak RSS is per run), and the runs alternate
-mens, TRL, mens, TRL ... for --repeats rounds, so a drift of the machine hits both sides. Reports input and
-supervised tokens/s, setup and train time, peak RSS, first and final loss, and per pair the mens/TRL ratios with
+unpacked runs on request. mens' runs use the allocator its training commands use (mimalloc where installed,
+mens/train/allocator.py); -system runs put it on the C library's malloc, and -mimalloc runs put TRL on mimalloc, to
+show how much of a ratio is the allocator. Every run is a subprocess of its own (so peak RSS is per run), and the runs
+alternate mens, TRL, mens, TRL ... for --repeats rounds, so a drift of the machine hits both sides. Reports input
+and supervised tokens/s, setup and train time, peak RSS, first and final loss, and per pair the mens/TRL ratios with
 their spread (min/median/max over the rounds) and the criterion: mens >= 1.5x TRL's supervised tokens/s at equal or
-lower peak RSS. TRL's entropy and token-accuracy metrics cannot be turned off in trl 1.16 (no SFTConfig option;
-its fused LM head computes them); the record says so. The TRL side needs `pip install -e .[bench] -c constraints.txt`.
-Run: `python bench/train_speed.py [--steps N] [--repeats R] [--threads T] [--runs a,b] [--out PATH]`;
-writes bench/results/train_speed-<host>.json.
+lower peak RSS. TRL's entropy and token-accuracy metrics cannot be turned off in trl 1.16 (no SFTConfig option; its
+fused LM head computes them); the record says so. The TRL side needs `pip install -e .[bench] -c constraints.txt`.
+Run: `python bench/train_speed.py [--steps N] [--repeats R] [--threads T] [--runs a,b] [--out PATH]`; writes
+bench/results/train_speed-<host>.json.
 """
 
 from __future__ import annotations
@@ -39,19 +41,41 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from gpu_train_runs import adapter_targets  # noqa: E402
 from machine import machine  # noqa: E402
 
+from mens.train import allocator  # noqa: E402
+
 RUNS = {  # name -> (side, backend, pack); a round runs them in this order (mens and TRL alternate)
     "mens-lora-packed": ("mens", "lora", True),
     "trl-lora-packed": ("trl", "lora", True),
     "mens-qlora-packed": ("mens", "qlora", True),
     "trl-qlora-packed": ("trl", "qlora", True),
     "mens-lora-unpacked": ("mens", "lora", False),
+    # mens on the C library's malloc (MENS_ALLOCATOR=system) instead of the mimalloc its training commands preload
+    "mens-lora-system": ("mens", "lora", True),
+    "mens-qlora-system": ("mens", "qlora", True),
     # host_memory: lean (glibc's mmap threshold fixed: less peak RSS, slower; mens/train/host_memory.py)
     "mens-lora-lean": ("mens", "lora", True),
     "mens-qlora-lean": ("mens", "qlora", True),
+    # TRL with mimalloc preloaded the way mens preloads it: how much of mens' lead is the allocator alone
+    "trl-lora-mimalloc": ("trl", "lora", True),
+    "trl-qlora-mimalloc": ("trl", "qlora", True),
 }
 DEFAULT_RUNS = ("mens-lora-packed", "trl-lora-packed", "mens-qlora-packed", "trl-qlora-packed")
 PAIRS = (("mens-lora-packed", "trl-lora-packed"), ("mens-qlora-packed", "trl-qlora-packed"),  # ratios: mens / trl
-         ("mens-lora-lean", "trl-lora-packed"), ("mens-qlora-lean", "trl-qlora-packed"))
+         ("mens-lora-system", "trl-lora-packed"), ("mens-qlora-system", "trl-qlora-packed"),
+         ("mens-lora-lean", "trl-lora-packed"), ("mens-qlora-lean", "trl-qlora-packed"),
+         ("mens-lora-packed", "trl-lora-mimalloc"), ("mens-qlora-packed", "trl-qlora-mimalloc"))
+
+
+def run_env(name: str, env: dict[str, str]) -> dict[str, str]:
+    """A run's environment: mens' own runs on the allocator `mens train` re-executes itself with (mimalloc where
+    installed; mens.allocator), -system and -lean runs on the C library's malloc, TRL as its users run it unless
+    the run's name asks for mimalloc."""
+    base = {k: v for k, v in env.items() if k not in (allocator.CHOICE, allocator.PRELOADED)}
+    if name.endswith(("-system", "-lean")):
+        return {**base, allocator.CHOICE: "system"}
+    if RUNS[name][0] == "mens" or name.endswith("-mimalloc"):
+        return allocator.preload_env(base) or base
+    return base
 CRITERION = {"supervised_tokens_per_s_ratio_min": 1.5, "peak_rss_ratio_max": 1.0}
 TRL_METRICS = ("entropy and mean_token_accuracy stay on: trl 1.16's SFTTrainer.compute_loss computes them every step "
                "(from its fused LM head) and SFTConfig has no option to turn them off")
@@ -215,13 +239,15 @@ def _trl_packing_leak(trainer, a: list[int], b: list[int]) -> float:
 
 
 def worker(args) -> None:
+    allocator.settle()  # preloaded by the parent: tools this run starts get the environment back
     side, backend, pack = RUNS[args.worker]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         lean = "lean" if args.worker.endswith("-lean") else "fast"
         r = (run_mens(args.data, tmp, backend, pack, args, lean) if side == "mens"
              else run_trl(args.data, tmp, backend, args))
-    args.result.write_text(json.dumps({"run": args.worker, "side": side, "backend": backend, "pack": pack, **r}))
+    args.result.write_text(json.dumps({"run": args.worker, "side": side, "backend": backend, "pack": pack,
+                                       "allocator": allocator.in_use(), **r}))
 
 
 def machine_info(threads: int) -> dict:
@@ -299,7 +325,7 @@ def main() -> None:
             extra = ["--targets", json.dumps(targets[backend])] if side == "trl" and backend in targets else []
             subprocess.run([sys.executable, __file__, "--worker", name, "--data", str(data), "--result", str(res),
                             "--steps", str(args.steps), "--threads", str(args.threads), "--seq-len", str(args.seq_len),
-                            *extra], env=env, check=True)
+                            *extra], env=run_env(name, env), check=True)
             results.append({**json.loads(res.read_text()), "round": rnd, "wall_time_s": round(time.time() - t0, 1)})
             if side == "mens" and results[-1].get("peft_targets"):
                 targets.setdefault(backend, results[-1]["peft_targets"])

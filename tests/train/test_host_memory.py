@@ -61,3 +61,12 @@ def test_the_setting_is_validated(tmp_path):
     assert TrainConfig(data=str(tmp_path), output_dir=str(tmp_path / "o")).host_memory == "fast"
     with pytest.raises(Exception, match="host_memory"):
         TrainConfig(data=str(tmp_path), output_dir=str(tmp_path / "o"), host_memory="tiny")
+
+
+def test_the_preflight_note_names_the_allocator_and_what_lean_did():
+    assert host_memory.host_memory_note("fast", "mimalloc", None).startswith("mimalloc")
+    lean = host_memory.host_memory_note("lean", "mimalloc", None)
+    assert lean.startswith("mimalloc") and "glibc" in lean  # lean is not applied on mimalloc, and the note says so
+    assert host_memory.host_memory_note("lean", "system", "glibc mmap threshold fixed") == "glibc mmap threshold fixed"
+    assert "no mallopt" in host_memory.host_memory_note("lean", "system", None)
+    assert host_memory.host_memory_note("fast", "system", None).startswith("the C library's malloc")

@@ -60,6 +60,22 @@ def _register() -> None:
 _register()
 
 
+def _allocator(args: list[str]) -> None:
+    """Training commands run on mimalloc (mens.train.allocator says why): re-execute once with it preloaded."""
+    import os
+
+    from mens.train import allocator
+
+    command = next((a for a in args if not a.startswith("-")), None)
+    if command in allocator.COMMANDS and not {"--help", "-h"} & set(args):
+        problem = allocator.choice_problem(os.environ)
+        if problem:
+            typer.secho(f"error: {problem}", err=True, fg=typer.colors.RED)
+            sys.exit(2)
+        allocator.reexec(args)  # returns when there is nothing to do (already preloaded, system, not installed)
+    allocator.settle()  # in the re-executed process: children get the parent's LD_PRELOAD back
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app, map MensError to its exit code with one clear line."""
     try:  # typer >= 0.20 vendors click; older typer uses the click package
@@ -69,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     _state["debug"] = "--debug" in args
+    if argv is None:  # a real process start (tests call main with arguments and stay in their process)
+        _allocator(args)
     try:
         rv = app(args=args, prog_name="mens", standalone_mode=False)
     except MensError as e:

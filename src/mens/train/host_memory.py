@@ -8,6 +8,8 @@ returned to the OS when freed, at the price of page faults each time they are ma
 SmolLM2-135M QLoRA, 2 AMD EPYC cores, quiet (bench/results/host_memory-vm.json): peak RSS 5.9-6.3 GB and 89-96
 supervised tokens/s with glibc's default, 3.4 GB and 69 tokens/s with a 1 MiB threshold; a 4 MiB one saves 6%.
 So it is a setting (`host_memory: lean`), not the default. Nothing else changes: the same tensors, the same results.
+It applies to glibc's malloc: training runs on mimalloc where it is installed (mens/train/allocator.py), which
+peaks about as low as lean without its page faults, and then the threshold is left alone.
 
 Written by hand (ctypes) because no library wraps mallopt; a user's own MALLOC_MMAP_THRESHOLD_ wins, and where
 the C library is not glibc nothing is done.
@@ -41,3 +43,15 @@ def fix_mmap_threshold(threshold: int = THRESHOLD) -> str | None:
         return None
     return (f"glibc mmap threshold fixed at {threshold // 1024} KiB: freed activation buffers go back to the OS "
             "(MALLOC_MMAP_THRESHOLD_ overrides)")
+
+
+def host_memory_note(setting: str, allocator: str, heap: str | None) -> str:
+    """The preflight's line on host memory: which allocator the run is on and what `host_memory` did."""
+    if allocator == "mimalloc":
+        note = "mimalloc, preloaded by mens (MENS_ALLOCATOR=system for the C library's malloc)"
+        if setting == "lean":
+            note += "; lean's fixed mmap threshold is for glibc's malloc, and mimalloc already peaks about as low"
+        return note
+    if setting == "lean":
+        return heap or "lean asked for, but this C library has no mallopt: its default kept"
+    return "the C library's malloc, its default settings (host_memory: lean caps the peak at some speed)"

@@ -29,6 +29,7 @@ from mens.run_records import (
     TrainingManifest,
 )
 from mens.train import distributed, fsdp
+from mens.train.allocator import in_use
 from mens.train.checkpoint import apply_checkpoint, newest_good, save_final_weights
 from mens.train.config import TrainConfig
 from mens.train.data import (
@@ -40,7 +41,7 @@ from mens.train.data import (
     resolve_data_file,
     split_validation,
 )
-from mens.train.host_memory import fix_mmap_threshold
+from mens.train.host_memory import fix_mmap_threshold, host_memory_note
 from mens.train.loop import LoopState, train_loop
 from mens.train.manifest import EXECUTION_KERNEL, adapter_record, contract_digest, peak_memory_mb, versions
 from mens.train.micro_batch import fit_micro_batch
@@ -360,7 +361,9 @@ def run_training(cfg: TrainConfig) -> dict:
         torch.cuda.set_device(device)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    heap = fix_mmap_threshold() if cfg.host_memory == "lean" else None  # before the model's allocations
+    allocator = in_use()
+    # before the model's allocations; glibc's threshold means nothing to mimalloc, which already peaks about as low
+    heap = fix_mmap_threshold() if cfg.host_memory == "lean" and allocator == "system" else None
     run = Path(cfg.output_dir)
     problem = (taken_problem(cfg) or resume_problem(cfg)) if d.main else None
     if distributed.all_sum(d, [float(problem is not None)])[0]:  # decided by rank 0 for every rank
@@ -368,8 +371,7 @@ def run_training(cfg: TrainConfig) -> dict:
     if d.main:
         write_run_config(cfg)  # before preflight: even a run that fails early records what it was asked to do
     pf = Preflight(run, write=d.main)
-    if cfg.host_memory == "lean":
-        pf.ok("host memory", heap or "lean asked for, but this C library has no mallopt: glibc's default kept")
+    pf.ok("host memory", host_memory_note(cfg.host_memory, allocator, heap))
     inp = prepare_inputs(cfg, pf, d.world)
 
     checkpointing, why = choose_checkpointing(
