@@ -18,12 +18,12 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD
 
 @linux_only
 def test_preload_env_prepends_the_library_and_keeps_freed_pages():
-    env = allocator.preload_env({"PATH": "/bin", "LD_PRELOAD": "/x/libfoo.so"}, lib=LIB)
+    env = allocator.preload_env({"PATH": "/bin", "LD_PRELOAD": "/x/libfoo.so"}, lib=LIB, gpu_driver=False)
     assert env["LD_PRELOAD"] == f"{LIB}:/x/libfoo.so"
     assert env["MIMALLOC_PURGE_DELAY"] == "-1"
     assert env[allocator.PRELOADED] == "/x/libfoo.so"  # what the children get back
     assert env["PATH"] == "/bin"
-    own = allocator.preload_env({"MIMALLOC_PURGE_DELAY": "10"}, lib=LIB)
+    own = allocator.preload_env({"MIMALLOC_PURGE_DELAY": "10"}, lib=LIB, gpu_driver=False)
     assert own["MIMALLOC_PURGE_DELAY"] == "10" and own["LD_PRELOAD"] == str(LIB)  # the user's setting wins
 
 
@@ -36,21 +36,29 @@ def test_preload_env_prepends_the_library_and_keeps_freed_pages():
     {"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4:/x/libfoo.so"},
 ])
 def test_preload_env_leaves_the_process_alone(environ):
-    assert allocator.preload_env(environ, lib=LIB) is None
+    assert allocator.preload_env(environ, lib=LIB, gpu_driver=False) is None
+
+
+@linux_only
+def test_auto_stays_on_the_c_library_where_an_nvidia_driver_is_loaded():
+    assert allocator.preload_env({}, lib=LIB, gpu_driver=True) is None
+    assert allocator.preload_env({"MENS_ALLOCATOR": "auto"}, lib=LIB, gpu_driver=True) is None
+    asked = allocator.preload_env({"MENS_ALLOCATOR": "mimalloc"}, lib=LIB, gpu_driver=True)
+    assert asked["LD_PRELOAD"] == str(LIB)
 
 
 def test_preload_env_without_the_library_or_off_linux(monkeypatch):
     monkeypatch.setattr(allocator, "library", lambda: None)
-    assert allocator.preload_env({}) is None
+    assert allocator.preload_env({}, gpu_driver=False) is None
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert allocator.preload_env({}, lib=LIB) is None
+    assert allocator.preload_env({}, lib=LIB, gpu_driver=False) is None
 
 
 def test_choice_problem_names_the_value_and_the_choices():
-    assert allocator.choice_problem({}) is None
-    assert allocator.choice_problem({"MENS_ALLOCATOR": " System "}) is None
+    for ok in ({}, {"MENS_ALLOCATOR": " System "}, {"MENS_ALLOCATOR": "auto"}, {"MENS_ALLOCATOR": ""}):
+        assert allocator.choice_problem(ok) is None
     msg = allocator.choice_problem({"MENS_ALLOCATOR": "jemalloc"})
-    assert "MENS_ALLOCATOR='jemalloc'" in msg and "mimalloc" in msg and "system" in msg
+    assert "MENS_ALLOCATOR='jemalloc'" in msg and all(c in msg for c in allocator.CHOICES)
 
 
 def test_settle_gives_children_the_parents_preload():

@@ -14,7 +14,8 @@ pretrain` re-execute themselves once with LD_PRELOAD naming mimalloc, as torch's
 children the LD_PRELOAD they would have had, so tools it starts are untouched (a child `mens train` re-executes
 itself).
 
-MENS_ALLOCATOR=system keeps the C library's malloc (and makes `host_memory: lean` apply). An LD_PRELOAD that
+MENS_ALLOCATOR=system keeps the C library's malloc (and makes `host_memory: lean` apply). The default (auto) also
+keeps it where an NVIDIA driver is loaded: a GPU run's host allocations were not measured. An LD_PRELOAD that
 already names an allocator is the user's choice and is kept. Torch is not imported here.
 """
 
@@ -26,7 +27,11 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 CHOICE = "MENS_ALLOCATOR"
-"""mimalloc (the default where installed) or system."""
+"""auto (the default: mimalloc where installed, on machines without an NVIDIA driver), mimalloc or system."""
+CHOICES = ("auto", "mimalloc", "system")
+NVIDIA_DRIVER = Path("/proc/driver/nvidia")
+"""Present where an NVIDIA driver is loaded: `auto` stays on the C library's malloc there, since mimalloc was
+measured on CPU training only (MENS_ALLOCATOR=mimalloc asks for it on a GPU machine too)."""
 PRELOADED = "MENS_ALLOCATOR_PRELOADED"
 """Set in the re-executed process only: the LD_PRELOAD its parent had, to give back to its own children."""
 COMMANDS = ("train", "dogfood", "pretrain")
@@ -46,13 +51,20 @@ def library() -> Path | None:
     return lib if lib.is_file() else None
 
 
-def preload_env(environ: Mapping[str, str], lib: Path | None = None) -> dict[str, str] | None:
+def preload_env(environ: Mapping[str, str], lib: Path | None = None,
+                gpu_driver: bool | None = None) -> dict[str, str] | None:
     """The environment to re-execute this process with so that mimalloc is its allocator; None to run as it is.
 
-    None when: not Linux, already re-executed, MENS_ALLOCATOR is not mimalloc (`choice_problem` says when it is
-    neither value), LD_PRELOAD already names an allocator, or the library is not installed.
+    None when: not Linux, already re-executed, MENS_ALLOCATOR is system (or not a known value: `choice_problem`),
+    or auto on a machine with an NVIDIA driver, LD_PRELOAD already names an allocator, or the library is not
+    installed.
     """
-    if not sys.platform.startswith("linux") or PRELOADED in environ or choice(environ) != "mimalloc":
+    if not sys.platform.startswith("linux") or PRELOADED in environ:
+        return None
+    wanted = choice(environ)
+    if wanted == "auto":
+        wanted = "system" if (NVIDIA_DRIVER.exists() if gpu_driver is None else gpu_driver) else "mimalloc"
+    if wanted != "mimalloc":
         return None
     preload = environ.get("LD_PRELOAD", "")
     if any(name in Path(p).name for p in preload.replace(":", " ").split() for name in _ALLOCATOR_NAMES):
@@ -68,16 +80,16 @@ def preload_env(environ: Mapping[str, str], lib: Path | None = None) -> dict[str
 
 
 def choice(environ: Mapping[str, str]) -> str:
-    """MENS_ALLOCATOR as given ("mimalloc" when unset), lower-cased."""
-    return environ.get(CHOICE, "mimalloc").strip().lower() or "mimalloc"
+    """MENS_ALLOCATOR as given ("auto" when unset or empty), lower-cased."""
+    return environ.get(CHOICE, "").strip().lower() or "auto"
 
 
 def choice_problem(environ: Mapping[str, str]) -> str | None:
-    """A one-line error for a MENS_ALLOCATOR value that is neither mimalloc nor system, else None."""
-    value = choice(environ)
-    if value in ("mimalloc", "system"):
+    """A one-line error for a MENS_ALLOCATOR value that is not one of CHOICES, else None."""
+    if choice(environ) in CHOICES:
         return None
-    return f"{CHOICE}={environ.get(CHOICE)!r}: expected 'mimalloc' (the default) or 'system' (the C library's malloc)"
+    return (f"{CHOICE}={environ.get(CHOICE)!r}: expected 'auto' (the default: mimalloc where installed, unless an "
+            "NVIDIA driver is loaded), 'mimalloc' or 'system' (the C library's malloc)")
 
 
 def reexec(args: list[str], environ: MutableMapping[str, str] = os.environ) -> None:
@@ -86,7 +98,7 @@ def reexec(args: list[str], environ: MutableMapping[str, str] = os.environ) -> N
     Returns only when nothing is to be done, or when the exec itself failed (the command then runs on as it is).
     """
     env = preload_env(environ)
-    if env is None:
+    if env is None or not sys.executable:  # an embedded interpreter has no executable to start again
         return
     sys.stdout.flush()
     sys.stderr.flush()
