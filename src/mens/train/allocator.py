@@ -35,7 +35,7 @@ measured on CPU training only (MENS_ALLOCATOR=mimalloc asks for it on a GPU mach
 PRELOADED = "MENS_ALLOCATOR_PRELOADED"
 """Set in the re-executed process only: the LD_PRELOAD its parent had, to give back to its own children."""
 COMMANDS = ("train", "dogfood", "pretrain")
-"""The commands that train, where the allocator was measured."""
+"""The commands that train: measured on `mens train`'s loop, which dogfood runs; pretrain's is the same kind of work."""
 _ALLOCATOR_NAMES = ("malloc", "hoard")  # libmimalloc, libjemalloc, libtcmalloc... all name malloc
 
 
