@@ -3,9 +3,11 @@
 Why: CPU training allocates and frees the same megabyte-sized activation buffers at every micro-batch. glibc's
 malloc keeps them on a heap that fragments (peak RSS far above what is live; mens/train/host_memory.py), and its
 fix (a fixed mmap threshold) costs a page fault per buffer. mimalloc with purging off (MIMALLOC_PURGE_DELAY=-1:
-freed pages stay with the process for reuse) avoids both. On SmolLM2-135M, 2 AMD EPYC cores, it trained faster and
-at a lower peak than glibc's default (bench/results/train_speed-mimalloc-vm.json), with bit-identical losses: an
-allocator hands out memory, it does not change the arithmetic.
+freed pages stay with the process for reuse) avoids both. On SmolLM2-135M, 2 AMD EPYC cores, training peaked at
+0.72x (LoRA) and about 0.6x (QLoRA) glibc's RSS at the same or a few percent more tokens/s, and dogfood's answer
+generation ran ~20% faster (bench/results/train_speed-lora-alloc-vm.json, train_speed-mimalloc-vm.json,
+dogfood-budget30-mimalloc-vm.json), with bit-identical losses: an allocator hands out memory, it does not change
+the arithmetic.
 
 How: an allocator must be in place before the process's first malloc, so `mens train`, `mens dogfood` and `mens
 pretrain` re-execute themselves once with LD_PRELOAD naming mimalloc, as torch's own CPU launcher
