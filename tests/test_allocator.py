@@ -93,3 +93,10 @@ def test_in_use_reads_the_process_maps():
     pre = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "LD_PRELOAD": str(lib)})
     assert pre.stdout.strip() == "mimalloc", pre.stderr
+
+
+def test_the_command_line_started_again_keeps_the_interpreters_options(monkeypatch):
+    monkeypatch.setattr(sys, "orig_argv", ["python3", "-u", "-m", "mens", "train", "--x"], raising=False)
+    assert allocator.command_line(["train", "--x"]) == [sys.executable, "-u", "-m", "mens", "train", "--x"]
+    monkeypatch.setattr(sys, "orig_argv", [], raising=False)
+    assert allocator.command_line(["dogfood"]) == [sys.executable, "-m", "mens", "dogfood"]

@@ -94,8 +94,15 @@ def choice_problem(environ: Mapping[str, str]) -> str | None:
             "NVIDIA driver is loaded), 'mimalloc' or 'system' (the C library's malloc)")
 
 
+def command_line(args: list[str]) -> list[str]:
+    """This process's own command line to start again: the interpreter's options kept (`python -u -m mens ...`
+    under torchrun, the `mens` console script), else `python -m mens ARGS`."""
+    orig = getattr(sys, "orig_argv", None)
+    return [sys.executable, *orig[1:]] if orig else [sys.executable, "-m", "mens", *args]
+
+
 def reexec(args: list[str], environ: MutableMapping[str, str] = os.environ) -> None:
-    """Replace this process by `python -m mens ARGS` with mimalloc preloaded, when `preload_env` says so.
+    """Replace this process by itself with mimalloc preloaded, when `preload_env` says so.
 
     Returns only when nothing is to be done, or when the exec itself failed (the command then runs on as it is).
     """
@@ -105,7 +112,7 @@ def reexec(args: list[str], environ: MutableMapping[str, str] = os.environ) -> N
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execve(sys.executable, [sys.executable, "-m", "mens", *args], env)
+        os.execve(sys.executable, command_line(args), env)
     except OSError:
         return
 

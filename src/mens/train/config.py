@@ -200,7 +200,8 @@ class TrainConfig(Section):
     """Host (CPU) memory with glibc's malloc: "lean" fixes its mmap threshold at 1 MiB so freed activation buffers
     go back to the OS (CPU training: about 0.55x the peak RSS, about 25% slower); "fast" keeps glibc's default.
     Training commands run on mimalloc where it is installed and no NVIDIA driver is loaded (MENS_ALLOCATOR=system
-    for glibc's), which peaks about as low as "lean" without its cost; there this setting changes nothing. The results are the same either way."""
+    for glibc's), which peaks about as low as "lean" without its cost; there this setting changes nothing. The
+    results are the same either way."""
     log_every_s: float = setting(5.0, ge=0.0)
     """Seconds between plain-text progress lines when stderr is not a terminal."""
     extra: dict = setting(None, "--extra", factory=dict)
