@@ -65,17 +65,6 @@ PAIRS = (("mens-lora-packed", "trl-lora-packed"), ("mens-qlora-packed", "trl-qlo
          ("mens-lora-lean", "trl-lora-packed"), ("mens-qlora-lean", "trl-qlora-packed"),
          ("mens-lora-packed", "trl-lora-mimalloc"), ("mens-qlora-packed", "trl-qlora-mimalloc"))
 
-
-def run_env(name: str, env: dict[str, str]) -> dict[str, str]:
-    """A run's environment: mens' own runs on the allocator `mens train` re-executes itself with (mimalloc where
-    installed; mens.allocator), -system and -lean runs on the C library's malloc, TRL as its users run it unless
-    the run's name asks for mimalloc."""
-    base = {k: v for k, v in env.items() if k not in (allocator.CHOICE, allocator.PRELOADED)}
-    if name.endswith(("-system", "-lean")):
-        return {**base, allocator.CHOICE: "system"}
-    if RUNS[name][0] == "mens" or name.endswith("-mimalloc"):
-        return allocator.preload_env(base) or base
-    return base
 CRITERION = {"supervised_tokens_per_s_ratio_min": 1.5, "peak_rss_ratio_max": 1.0}
 TRL_METRICS = ("entropy and mean_token_accuracy stay on: trl 1.16's SFTTrainer.compute_loss computes them every step "
                "(from its fused LM head) and SFTConfig has no option to turn them off")
@@ -89,6 +78,20 @@ from mens.dogfood.pipeline import SHORT_SYSTEM_PROMPT as SYSTEM_PROMPT  # noqa: 
 TRL_MISSING = ("TRL side skipped: `trl` is not installed in this environment. Install the bench extra with\n"
                "  pip install -e .[bench] -c constraints.txt\nand run again; the mens side runs now.")
 VERSIONS = ("torch", "transformers", "peft", "accelerate", "trl", "datasets", "tokenizers")
+
+
+def run_env(name: str, env: dict[str, str]) -> dict[str, str]:
+    """A run's environment: mens' own runs on the allocator `mens train` re-executes itself with (MENS_ALLOCATOR
+    auto: mimalloc where installed and no NVIDIA driver is loaded; mens.train.allocator), -system and -lean runs on
+    the C library's malloc, TRL as its users run it, and -mimalloc runs on mimalloc wherever it is installed."""
+    base = {k: v for k, v in env.items() if k not in (allocator.CHOICE, allocator.PRELOADED)}
+    if name.endswith(("-system", "-lean")):
+        return {**base, allocator.CHOICE: "system"}
+    if name.endswith("-mimalloc"):
+        return allocator.preload_env({**base, allocator.CHOICE: "mimalloc"}) or base
+    if RUNS[name][0] == "mens":
+        return allocator.preload_env(base) or base
+    return base
 
 
 def make_data(corpus: Path, out: Path) -> int:
