@@ -10,7 +10,7 @@
 # Run (through the device tool): command `MODE=smoke bash bench/gpu_call.sh`, carry [".whl"], timeout_s 600.
 # Environment: MODE (default all), BUDGET_S (timed runs' budget, default 400), ARGS (extra flags for the timed runs),
 # ARGS2 (when set, a second timed pass with these flags instead, into gpu_train_speed2-<host>.json), HEADLINE_ARGS
-# (extra flags for gpu_headline.py).
+# (extra flags for gpu_headline.py), GPU_TESTS (test paths: their `gpu` tests run first, at most 150 s).
 set -o pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 OUT=${OUT:-/tmp/gpu_out}
@@ -40,6 +40,11 @@ x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 lin(x).float().sum().backward()
 print("bitsandbytes 4-bit linear ok:", tuple(x.grad.shape))
 EOF
+  if [ -n "${GPU_TESTS:-}" ]; then
+    echo "== gpu tests: $GPU_TESTS"
+    # shellcheck disable=SC2086  # GPU_TESTS is a list of test paths
+    timeout 150 $PY -m pytest -q -p no:cacheprovider -m gpu $GPU_TESTS || echo "gpu tests: exit $?"
+  fi
   MODE=${MODE:-all}
   if [ "$MODE" != timed ]; then
     if [ "${SKIP_SMOKE:-0}" != 1 ]; then

@@ -242,7 +242,7 @@ def memory(device: str, baseline: int = 0) -> dict:
 
 def run_mens(a: dict, work: Path) -> dict:
     """mens through its public entry point (`run_training`), timed by a hook on its step telemetry."""
-    from mens.run_records import MANIFEST
+    from mens.run_records import MANIFEST, PREFLIGHT
     from mens.train import telemetry
     from mens.train.config import TrainConfig
     from mens.train.run import run_training
@@ -259,19 +259,25 @@ def run_mens(a: dict, work: Path) -> dict:
     from mens.train import loss
 
     telemetry.Telemetry.emit = timed_emit  # undone below: grouped runs share this process
-    fused = loss.FUSED_CE
+    from mens.train import kernels
+
+    fused, layer = loss.FUSED_CE, kernels.LAYER_KERNELS
     loss.FUSED_CE = "off" if a["side"] == "mens-chunked" else "auto"  # the loss kernel A/B (mens.train.loss)
+    kernels.LAYER_KERNELS = "off" if a["side"] == "mens-torch" else "auto"  # the layer kernel A/B
     cfg = TrainConfig(data=a["data"], output_dir=str(work / "run"), model=a["model_dir"], backend=a["backend"],
                       device=a["device"], max_steps=a["warmup"] + a["steps"], seq_len=a["seq_len"],
                       batch_size=a["batch_size"], grad_accum=a["grad_accum"], val_fraction=0, save_every=0,
                       eval_every=0, pack=a["pack"], min_examples=1, system_prompt="", num_threads=a["threads"],
-                      log_every_s=3600, micro_batch="fixed", **SHARED)  # the passes TRL makes
+                      log_every_s=3600, micro_batch="fixed",  # the passes TRL makes
+                      **{**SHARED, "lora_dropout": a.get("lora_dropout", SHARED["lora_dropout"])})
     try:
         summary = run_training(cfg)
     finally:
-        telemetry.Telemetry.emit, loss.FUSED_CE = emit, fused
+        telemetry.Telemetry.emit, loss.FUSED_CE, kernels.LAYER_KERNELS = emit, fused, layer
     manifest = json.loads((work / "run" / MANIFEST).read_text())
+    checks = json.loads((work / "run" / PREFLIGHT).read_text())["checks"]
     return {"first_batch_loss": summary["first_loss"], "peft_targets": adapter_targets(work / "run"),
+            "layer_kernels": next((c["detail"] for c in checks if c["check"] == "layer kernels"), "torch's"),
             "matmul_dtype": manifest.get("matmul_dtype"), "packed_rows": manifest["examples"]["train_rows"],
             **clock.timed(a["warmup"])}
 
@@ -358,8 +364,9 @@ def run_trl(a: dict, work: Path, liger: bool) -> dict:
     model = _trl_model(a)
     # mens' own choice when a mens run of this shape came first, else peft's every-linear-layer-but-the-head
     targets = a.get("targets") or {"target_modules": "all-linear"}
-    lora = LoraConfig(r=SHARED["r"], lora_alpha=SHARED["lora_alpha"], lora_dropout=SHARED["lora_dropout"],
-                      bias="none", task_type="CAUSAL_LM", **targets)
+    lora = LoraConfig(r=SHARED["r"], lora_alpha=SHARED["lora_alpha"],
+                      lora_dropout=a.get("lora_dropout", SHARED["lora_dropout"]), bias="none", task_type="CAUSAL_LM",
+                      **targets)
     clock = StepClock(a["device"], a.get("profile", 0), a["warmup"])
 
     class Clock(TrainerCallback):
@@ -414,7 +421,7 @@ def worker(a: dict) -> dict:
         baseline = torch.cuda.memory_allocated()
     with tempfile.TemporaryDirectory() as tmp:
         side = a["side"]
-        r = (run_mens(a, Path(tmp)) if side in ("mens", "mens-chunked")
+        r = (run_mens(a, Path(tmp)) if side in ("mens", "mens-chunked", "mens-torch")
              else run_trl(a, Path(tmp), liger=side == "trl-liger"))
     return {**r, **memory(a["device"], baseline), "process_s": round(time.time() - t0, 1)}
 

@@ -55,7 +55,7 @@ def side_availability(device: str) -> dict[str, str | None]:
     liger = trl or (None if importlib.util.find_spec("liger_kernel") else "liger-kernel is not installed")
     if not liger and device != "cuda":
         liger = "Liger's kernels are Triton GPU kernels; --device cpu"
-    return {"mens": None, "mens-chunked": None, "trl": trl, "trl-liger": liger}
+    return {"mens": None, "mens-chunked": None, "mens-torch": None, "trl": trl, "trl-liger": liger}
 
 
 def plan_runs(shapes, backends, sides, repeats: int) -> list[dict]:
@@ -158,11 +158,14 @@ def parse_args(argv=None):
     ap.add_argument("--backends", default="qlora,lora")
     ap.add_argument("--sides", default="mens,trl,trl-liger",
                     help="comma-separated: mens, mens-chunked (mens with its own loss chunks instead of Liger's fused "
-                         "linear cross-entropy where that is installed: the loss kernel A/B), trl, trl-liger")
+                         "linear cross-entropy where that is installed: the loss kernel A/B), mens-torch (mens with "
+                         "torch's RMSNorm and MLP instead of Liger's: the layer kernel A/B), trl, trl-liger")
     ap.add_argument("--repeats", type=int, help="runs of each side per shape/backend (default 3 on cuda, 1 on cpu)")
     ap.add_argument("--steps", type=int, help="timed optimizer steps per run (default 6; 2 with --tiny)")
     ap.add_argument("--warmup", type=int, help="untimed optimizer steps first (default 2; 1 with --tiny)")
     ap.add_argument("--seq-len", type=int, help="tokens per packed row (default 2048; 128 with --tiny)")
+    ap.add_argument("--lora-dropout", type=float, default=runs.SHARED["lora_dropout"],
+                    help="LoRA dropout on every side (mens' GPU presets use 0)")
     ap.add_argument("--batch-size", type=int, default=2, help="rows per micro-batch")
     ap.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step (default 4; 1 with --tiny)")
     ap.add_argument("--no-pack", dest="pack", action="store_false", help="one example per row on both sides")
@@ -222,7 +225,7 @@ def _job(i: int, run: dict, a, root: Path) -> dict:
     return {**run, "device": a.device, "tiny": a.tiny, "model_dir": str(root / run["shape"]), "data": str(data),
             "steps": a.steps, "warmup": a.warmup, "seq_len": a.seq_len, "batch_size": a.batch_size,
             "grad_accum": a.grad_accum, "pack": a.pack and run["shape"] not in runs.UNPACKED, "threads": a.threads,
-            "profile": a.profile,
+            "profile": a.profile, "lora_dropout": a.lora_dropout,
             "result": str(root / f"run{i}.result.json")}
 
 
@@ -272,7 +275,7 @@ def orchestrate(a) -> int:
            "settings": {k: getattr(a, k) for k in ("device", "tiny", "smoke", "repeats", "steps", "warmup", "seq_len",
                                                    "batch_size", "grad_accum", "pack", "budget_s", "grouped",
                                                    "profile")},
-           "shared_settings": runs.SHARED,
+           "shared_settings": {**runs.SHARED, "lora_dropout": a.lora_dropout},
            "packing": {s: ("both sides unpacked: one example per row" + (f" ({runs.UNPACKED[s]})"
                                                                           if s in runs.UNPACKED and a.pack else "")
                            if not a.pack or s in runs.UNPACKED else

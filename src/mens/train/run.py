@@ -405,6 +405,10 @@ def run_training(cfg: TrainConfig) -> dict:
         from mens.model.lora import keep_inputs_in_autocast_dtype
 
         keep_inputs_in_autocast_dtype(model)
+    from mens.train.kernels import layer_kernels
+
+    if kernels := layer_kernels(model, device, autocast):
+        pf.ok("layer kernels", kernels)
     pad_id = inp.tokenizer.pad_token_id if inp.tokenizer.pad_token_id is not None else 0
     loss0 = numeric_checks(cfg, inp, model, device, autocast, pad_id, pf)
     micro_rows, micro_why = fit_micro_batch(  # before the dropout stream is seeded: it runs one pass
