@@ -259,11 +259,12 @@ def run_mens(a: dict, work: Path) -> dict:
     from mens.train import loss
 
     telemetry.Telemetry.emit = timed_emit  # undone below: grouped runs share this process
-    from mens.train import kernels
+    from mens.train import kernels, lora_mlp
 
-    fused, layer = loss.FUSED_CE, kernels.LAYER_KERNELS
+    fused, layer, mlp = loss.FUSED_CE, kernels.LAYER_KERNELS, lora_mlp.FUSED_LORA_MLP
     loss.FUSED_CE = "off" if a["side"] == "mens-chunked" else "auto"  # the loss kernel A/B (mens.train.loss)
     kernels.LAYER_KERNELS = "off" if a["side"] == "mens-torch" else "auto"  # the layer kernel A/B
+    lora_mlp.FUSED_LORA_MLP = "off" if a["side"] == "mens-peft" else "auto"  # the fused LoRA MLP A/B
     cfg = TrainConfig(data=a["data"], output_dir=str(work / "run"), model=a["model_dir"], backend=a["backend"],
                       device=a["device"], max_steps=a["warmup"] + a["steps"], seq_len=a["seq_len"],
                       batch_size=a["batch_size"], grad_accum=a["grad_accum"], val_fraction=0, save_every=0,
@@ -273,11 +274,13 @@ def run_mens(a: dict, work: Path) -> dict:
     try:
         summary = run_training(cfg)
     finally:
-        telemetry.Telemetry.emit, loss.FUSED_CE, kernels.LAYER_KERNELS = emit, fused, layer
+        telemetry.Telemetry.emit, loss.FUSED_CE = emit, fused
+        kernels.LAYER_KERNELS, lora_mlp.FUSED_LORA_MLP = layer, mlp
     manifest = json.loads((work / "run" / MANIFEST).read_text())
     checks = json.loads((work / "run" / PREFLIGHT).read_text())["checks"]
     return {"first_batch_loss": summary["first_loss"], "peft_targets": adapter_targets(work / "run"),
             "layer_kernels": next((c["detail"] for c in checks if c["check"] == "layer kernels"), "torch's"),
+            "fused_lora_mlp": next((c["detail"] for c in checks if c["check"] == "fused LoRA MLP"), "peft's"),
             "matmul_dtype": manifest.get("matmul_dtype"), "packed_rows": manifest["examples"]["train_rows"],
             **clock.timed(a["warmup"])}
 
@@ -421,7 +424,7 @@ def worker(a: dict) -> dict:
         baseline = torch.cuda.memory_allocated()
     with tempfile.TemporaryDirectory() as tmp:
         side = a["side"]
-        r = (run_mens(a, Path(tmp)) if side in ("mens", "mens-chunked", "mens-torch")
+        r = (run_mens(a, Path(tmp)) if side.startswith("mens")
              else run_trl(a, Path(tmp), liger=side == "trl-liger"))
     return {**r, **memory(a["device"], baseline), "process_s": round(time.time() - t0, 1)}
 

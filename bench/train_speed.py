@@ -58,12 +58,16 @@ RUNS = {  # name -> (side, backend, pack); a round runs them in this order (mens
     # TRL with mimalloc preloaded the way mens preloads it: how much of mens' lead is the allocator alone
     "trl-lora-mimalloc": ("trl", "lora", True),
     "trl-qlora-mimalloc": ("trl", "qlora", True),
+    # peft's LoRA MLP modules instead of mens' fused one (mens/train/lora_mlp.py; it applies without LoRA dropout)
+    "mens-lora-peft": ("mens", "lora", True),
+    "mens-qlora-peft": ("mens", "qlora", True),
 }
 DEFAULT_RUNS = ("mens-lora-packed", "trl-lora-packed", "mens-qlora-packed", "trl-qlora-packed")
 PAIRS = (("mens-lora-packed", "trl-lora-packed"), ("mens-qlora-packed", "trl-qlora-packed"),  # ratios: mens / trl
          ("mens-lora-system", "trl-lora-packed"), ("mens-qlora-system", "trl-qlora-packed"),
          ("mens-lora-lean", "trl-lora-packed"), ("mens-qlora-lean", "trl-qlora-packed"),
-         ("mens-lora-packed", "trl-lora-mimalloc"), ("mens-qlora-packed", "trl-qlora-mimalloc"))
+         ("mens-lora-packed", "trl-lora-mimalloc"), ("mens-qlora-packed", "trl-qlora-mimalloc"),
+         ("mens-lora-peft", "trl-lora-packed"), ("mens-qlora-peft", "trl-qlora-packed"))
 
 CRITERION = {"supervised_tokens_per_s_ratio_min": 1.5, "peak_rss_ratio_max": 1.0}
 TRL_METRICS = ("entropy and mean_token_accuracy stay on: trl 1.16's SFTTrainer.compute_loss computes them every step "
@@ -244,6 +248,11 @@ def _trl_packing_leak(trainer, a: list[int], b: list[int]) -> float:
 def worker(args) -> None:
     allocator.settle()  # preloaded by the parent: tools this run starts get the environment back
     side, backend, pack = RUNS[args.worker]
+    SHARED["lora_dropout"] = args.lora_dropout  # both sides
+    if args.worker.endswith("-peft"):
+        from mens.train import lora_mlp
+
+        lora_mlp.FUSED_LORA_MLP = "off"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         lean = "lean" if args.worker.endswith("-lean") else "fast"
@@ -295,6 +304,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="optimizer steps per run")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads in every run")
     ap.add_argument("--seq-len", type=int, default=512)
+    ap.add_argument("--lora-dropout", type=float, default=SHARED["lora_dropout"],
+                    help="LoRA dropout on both sides (the cpu preset uses 0; mens' fused LoRA MLP needs 0)")
     ap.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus" / "vox")
     ap.add_argument("--repeats", type=int, default=3, help="rounds; each runs every --runs entry once, in order")
     ap.add_argument("--runs", default=",".join(DEFAULT_RUNS), help=f"comma-separated subset of {', '.join(RUNS)}")
@@ -328,13 +339,14 @@ def main() -> None:
             extra = ["--targets", json.dumps(targets[backend])] if side == "trl" and backend in targets else []
             subprocess.run([sys.executable, __file__, "--worker", name, "--data", str(data), "--result", str(res),
                             "--steps", str(args.steps), "--threads", str(args.threads), "--seq-len", str(args.seq_len),
-                            *extra], env=run_env(name, env), check=True)
+                            "--lora-dropout", str(args.lora_dropout), *extra], env=run_env(name, env), check=True)
             results.append({**json.loads(res.read_text()), "round": rnd, "wall_time_s": round(time.time() - t0, 1)})
             if side == "mens" and results[-1].get("peft_targets"):
                 targets.setdefault(backend, results[-1]["peft_targets"])
             print(json.dumps(results[-1]), flush=True)
     doc = {"bench": "train_speed", "machine": machine_info(args.threads), "rows": n_rows, "steps": args.steps,
-           "repeats": args.repeats, "seq_len": args.seq_len, "shared_settings": SHARED, "trl_metrics": TRL_METRICS,
+           "repeats": args.repeats, "seq_len": args.seq_len,
+           "shared_settings": {**SHARED, "lora_dropout": args.lora_dropout}, "trl_metrics": TRL_METRICS,
            "batch": f"{SHARED['batch_size']} rows x accum {SHARED['grad_accum']} per optimizer step (a row: examples "
                     "packed up to seq_len, or one example unpacked)",
            "ratios_mens_over_trl": ratios(results), "skipped": skipped, "results": results}

@@ -80,7 +80,10 @@ def _is_rms_norm(module) -> bool:
 
 
 def _is_gated_mlp(module) -> bool:
-    return all(hasattr(module, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn"))
+    from mens.train.lora_mlp import is_fused
+
+    names = ("gate_proj", "up_proj", "down_proj", "act_fn")
+    return not is_fused(module) and all(hasattr(module, name) for name in names)  # a fused one keeps its own
 
 
 def _eps(module) -> float | None:

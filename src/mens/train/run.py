@@ -405,6 +405,11 @@ def run_training(cfg: TrainConfig) -> dict:
         from mens.model.lora import keep_inputs_in_autocast_dtype
 
         keep_inputs_in_autocast_dtype(model)
+    if cfg.backend != "full" and not d.sharded:
+        from mens.train.lora_mlp import fuse_lora_mlps
+
+        if fused := fuse_lora_mlps(model, autocast):
+            pf.ok("fused LoRA MLP", fused)
     from mens.train.kernels import layer_kernels
 
     if kernels := layer_kernels(model, device, autocast):
