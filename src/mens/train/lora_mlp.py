@@ -2,11 +2,14 @@
 
 Why by hand: in peft, each of the three projections is a base matmul plus a LoRA branch, and autograd keeps every
 intermediate the pieces need: SiLU's input and output, the up projection, and their product (the down projection's
-LoRA input). The product alone is as large as the MLP's width per token, about a quarter of what a LoRA step holds
-on Qwen2.5 shapes. This function keeps the block's input, the two projections and the rank-r LoRA intermediates,
-and recomputes the product in backward: one element-wise pass, no matmul. The math is peft's, op for op in the
-forward pass (the same modules run the base projections, under the same autocast); the backward pass computes the
-same gradients by hand. Unsloth trains its LoRA MLPs the same way.
+LoRA input). The product alone is as large as the MLP's width per token. This function keeps the block's input,
+the two projections and the rank-r LoRA intermediates, and recomputes the product in backward: one element-wise
+pass, no matmul. Unsloth trains its LoRA MLPs the same way.
+
+The forward pass runs peft's operations (the same modules run the base projections, under the same autocast; on
+CUDA, Liger's SwiGLU kernel where it is installed); the backward pass computes the same gradients by hand. Liger's
+backward kernel writes the gradients over the saved gate and up projections, so such a graph cannot be
+back-propagated twice (mens never does).
 
 Used where every projection carries one plain LoRA adapter (no dropout, no DoRA, not merged, no bias) over an
 nn.Linear or a bitsandbytes 4-bit layer, the activation is SiLU, and the fused block gives the module's own output
@@ -124,18 +127,6 @@ def _gated(e, up):
     return F.silu(e) * up
 
 
-def _gated_grads(e, up, dh):
-    """The gradients of silu(e) * up with respect to e and up, SiLU's derivative in f32 (as torch's own silu
-    backward computes it). Liger's kernel writes them over e and up, which backward no longer needs."""
-    if liger := _liger_swiglu(e):
-        return liger[1](e.contiguous(), up.contiguous(), dh.contiguous())
-    ef = e.float()
-    sig = torch.sigmoid(ef)
-    d_up = (dh.float() * (ef * sig)).to(e.dtype)
-    d_e = (dh.float() * up.float() * (sig * (1 + ef * (1 - sig)))).to(e.dtype)
-    return d_e, d_up
-
-
 class _LoraMLP(torch.autograd.Function):
     """y = down(silu(gate(x)) * up(x)) with each projection base(x) + B(A(x)) * scaling, as peft computes it."""
 
@@ -166,12 +157,18 @@ class _LoraMLP(torch.autograd.Function):
 
         dla_d = (dy2 @ b_d) * s_d
         grad_b_d = (dy2.t() @ la_d.reshape(-1, la_d.shape[-1]).to(cd)) * s_d
-        h = _gated(e2, up2)  # recomputed, not saved
+        liger = _liger_swiglu(e2)
+        silu = None if liger else F.silu(e2)  # kept for d_up below
+        h = liger[0](e2, up2)[2] if liger else silu * up2  # recomputed, not saved
         grad_a_d = dla_d.t() @ h
         del h
         dh = _input_grad(d_proj.base_layer, dy2) + dla_d @ a_d
-        d_e, d_up = _gated_grads(e2, up2, dh)
-        del dh
+        if liger:  # one kernel; it writes the gradients over e and up, which backward no longer needs
+            d_e, d_up = liger[1](e2.contiguous(), up2.contiguous(), dh.contiguous())
+        else:  # torch's own SiLU and product backward, as autograd runs them for peft's modules
+            d_up = dh * silu
+            d_e = torch.ops.aten.silu_backward(dh * up2, e2)
+        del dh, silu
 
         dla_g, dla_u = (d_e @ b_g) * s_g, (d_up @ b_u) * s_u
         grad_b_g = (d_e.t() @ la_g.reshape(-1, la_g.shape[-1]).to(cd)) * s_g
