@@ -111,23 +111,28 @@ def _mlp_forward(swiglu: Callable):
 
 
 def _agrees(module, forward, autocast, dtype) -> bool:
-    """The module's own forward and the replacement give the same output on a small random input of the hidden
-    states' dtype (under QLoRA: bf16 states through f32 norm weights, as in training)."""
+    """The module's own forward and the replacement agree on a probe input of the hidden states' dtype (under
+    QLoRA: bf16 states through f32 norm weights, as in training)."""
+    width = module.weight.shape[0] if _is_rms_norm(module) else _in_features(module.gate_proj)
+    return width is not None and same_output(module.forward, lambda x: forward(module, x), module, width, dtype,
+                                             autocast)
+
+
+def same_output(own: Callable, replacement: Callable, module, width: int, dtype, autocast) -> bool:
+    """`own` and `replacement` give the same output (within PROBE_TOLERANCE of its scale) on a small seeded random
+    input of `width` features on the module's device; an exception in either counts as no."""
     import torch
 
     param = next(module.parameters(), None)
     if param is None:
         return False
-    width = module.weight.shape[0] if _is_rms_norm(module) else _in_features(module.gate_proj)
-    if width is None:
-        return False
     gen = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(3, width, generator=gen).to(device=param.device, dtype=dtype)
     try:
         with torch.no_grad(), autocast():
-            want = module.forward(x).float()
-            got = forward(module, x).float()
-    except Exception:  # a kernel that cannot take this module: keep torch's
+            want = own(x).float()
+            got = replacement(x).float()
+    except Exception:  # a kernel that cannot take this module: keep the module's own
         return False
     scale = want.abs().max().clamp_min(1e-6)
     return bool(got.shape == want.shape and ((got - want).abs().max() / scale) <= PROBE_TOLERANCE)
