@@ -18,6 +18,7 @@ on a probe input. Anything else keeps peft's modules; so does a call with the ad
 
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
@@ -110,8 +111,12 @@ def _input_grad(base, grad):
 def _liger_swiglu(t: torch.Tensor):
     """Liger's SwiGLU forward/backward kernels for a CUDA tensor where liger-kernel imports (one kernel each instead
     of torch's several element-wise passes over tokens x MLP width), else None."""
-    if t.device.type != "cuda":
-        return None
+    return _liger_swiglu_ops() if t.device.type == "cuda" else None
+
+
+@functools.cache
+def _liger_swiglu_ops():
+    """Imported once: a failed import is not cached by Python, and this runs twice per layer and pass."""
     try:
         from liger_kernel.ops.swiglu import swiglu_backward, swiglu_forward
     except ImportError:
