@@ -7,10 +7,12 @@ sequences. Both: LoRA on the same projections, f32 on CPU, packing, the same row
 warmup, seed 42. Pairs: mens vs TRL with LoRA, and with QLoRA (bitsandbytes' CPU NF4 on both sides); mens' LoRA
 unpacked runs on request. mens' runs use the allocator its training commands use (mimalloc where installed,
 mens/train/allocator.py); -system runs put it on the C library's malloc, and -mimalloc runs put TRL on mimalloc, to
-show how much of a ratio is the allocator. Every run is a subprocess of its own (so peak RSS is per run), and the runs
-alternate mens, TRL, mens, TRL ... for --repeats rounds, so a drift of the machine hits both sides. Reports input
-and supervised tokens/s, setup and train time, peak RSS, first and final loss, and per pair the mens/TRL ratios with
-their spread (min/median/max over the rounds) and the criterion: mens >= 1.5x TRL's supervised tokens/s at equal or
+show how much of a ratio is the allocator; -peft runs use peft's LoRA MLP instead of mens' fused one, and -mask runs
+attend packed rows through transformers' block mask instead of one example at a time (`ratios_ab`: mens with the
+feature over mens without, round against round). Every run is a subprocess of its own (so peak RSS is per run), and
+the runs alternate mens, TRL, mens, TRL ... for --repeats rounds, so a drift of the machine hits both sides. Reports
+input and supervised tokens/s, setup and train time, peak RSS, first and final loss, and per pair the mens/TRL ratios
+with their spread (min/median/max over the rounds) and the criterion: mens >= 1.5x TRL's supervised tokens/s at equal or
 lower peak RSS. TRL's entropy and token-accuracy metrics cannot be turned off in trl 1.16 (no SFTConfig option; its
 fused LM head computes them); the record says so. The TRL side needs `pip install -e .[bench] -c constraints.txt`.
 Run: `python bench/train_speed.py [--steps N] [--repeats R] [--threads T] [--runs a,b] [--out PATH]`; writes
@@ -61,14 +63,22 @@ RUNS = {  # name -> (side, backend, pack); a round runs them in this order (mens
     # peft's LoRA MLP modules instead of mens' fused one (mens/train/lora_mlp.py; it applies without LoRA dropout)
     "mens-lora-peft": ("mens", "lora", True),
     "mens-qlora-peft": ("mens", "qlora", True),
+    # transformers' block-mask attention over packed rows instead of mens' per-example attention
+    # (mens/train/segment_attention.py)
+    "mens-lora-mask": ("mens", "lora", True),
+    "mens-qlora-mask": ("mens", "qlora", True),
 }
 DEFAULT_RUNS = ("mens-lora-packed", "trl-lora-packed", "mens-qlora-packed", "trl-qlora-packed")
 PAIRS = (("mens-lora-packed", "trl-lora-packed"), ("mens-qlora-packed", "trl-qlora-packed"),  # ratios: mens / trl
          ("mens-lora-system", "trl-lora-packed"), ("mens-qlora-system", "trl-qlora-packed"),
          ("mens-lora-lean", "trl-lora-packed"), ("mens-qlora-lean", "trl-qlora-packed"),
          ("mens-lora-packed", "trl-lora-mimalloc"), ("mens-qlora-packed", "trl-qlora-mimalloc"),
-         ("mens-lora-peft", "trl-lora-packed"), ("mens-qlora-peft", "trl-qlora-packed"))
+         ("mens-lora-peft", "trl-lora-packed"), ("mens-qlora-peft", "trl-qlora-packed"),
+         ("mens-lora-mask", "trl-lora-packed"), ("mens-qlora-mask", "trl-qlora-packed"))
 
+# mens against mens with one feature switched off (same round against same round): what the feature is worth
+AB_PAIRS = (("mens-lora-packed", "mens-lora-mask"), ("mens-qlora-packed", "mens-qlora-mask"),
+            ("mens-lora-packed", "mens-lora-peft"), ("mens-qlora-packed", "mens-qlora-peft"))
 CRITERION = {"supervised_tokens_per_s_ratio_min": 1.5, "peak_rss_ratio_max": 1.0}
 TRL_METRICS = ("entropy and mean_token_accuracy stay on: trl 1.16's SFTTrainer.compute_loss computes them every step "
                "(from its fused LM head) and SFTConfig has no option to turn them off")
@@ -123,7 +133,7 @@ def _finish(result: dict, train_s: float, start_ts: float) -> dict:
 
 
 def run_mens(data: Path, tmp: Path, backend: str, pack: bool, args, host_memory: str = "fast") -> dict:
-    from mens.run_records import MANIFEST
+    from mens.run_records import MANIFEST, PREFLIGHT
     from mens.train.config import TrainConfig
     from mens.train.run import run_training
     from mens.train.telemetry import read_events
@@ -138,8 +148,11 @@ def run_mens(data: Path, tmp: Path, backend: str, pack: bool, args, host_memory:
     losses = [e["loss"] for e in events if e["event"] == "step"]
     start_ts = next(e["ts_ms"] for e in events if e["event"] == "train_start") / 1000  # just before step 1
     examples = json.loads((out / MANIFEST).read_text())["examples"]
+    checks = json.loads((out / PREFLIGHT).read_text())["checks"]
     return _finish({"steps": s["steps"], "examples": examples["train"], "packed_rows": examples["train_rows"],
                     "peft_targets": adapter_targets(out),
+                    "attention": next((c["detail"] for c in checks if c["check"] == "attention"), "block mask"),
+                    "fused_lora_mlp": next((c["detail"] for c in checks if c["check"] == "fused LoRA MLP"), "peft's"),
                     "input_tokens": s["total_tokens"], "supervised_tokens": s["supervised_tokens"],
                     "first_loss": losses[0], "final_loss": losses[-1], "preflight_loss": s["first_loss"]},
                    s["train_time_s"], start_ts)
@@ -253,6 +266,10 @@ def worker(args) -> None:
         from mens.train import lora_mlp
 
         lora_mlp.FUSED_LORA_MLP = "off"
+    if args.worker.endswith("-mask"):
+        from mens.train import segment_attention
+
+        segment_attention.SEGMENT_ATTENTION = "off"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         lean = "lean" if args.worker.endswith("-lean") else "fast"
@@ -281,11 +298,11 @@ def _spread(values: list[float]) -> dict | None:
     return {"min": round(ordered[0], 3), "median": round(median, 3), "max": round(ordered[-1], 3), "n": len(values)}
 
 
-def ratios(results: list[dict]) -> dict:
+def ratios(results: list[dict], pairs=PAIRS) -> dict:
     """Per pair, mens / TRL of round i against round i (> 1 on a rate: mens is faster; < 1 on memory: mens uses
     less), min/median/max over the rounds, and whether the criterion holds on the medians."""
     out = {}
-    for m_name, t_name in PAIRS:
+    for m_name, t_name in pairs:
         rounds = list(zip([r for r in results if r["run"] == m_name], [r for r in results if r["run"] == t_name],
                           strict=False))
         if not rounds:
@@ -349,7 +366,10 @@ def main() -> None:
            "shared_settings": {**SHARED, "lora_dropout": args.lora_dropout}, "trl_metrics": TRL_METRICS,
            "batch": f"{SHARED['batch_size']} rows x accum {SHARED['grad_accum']} per optimizer step (a row: examples "
                     "packed up to seq_len, or one example unpacked)",
-           "ratios_mens_over_trl": ratios(results), "skipped": skipped, "results": results}
+           "ratios_mens_over_trl": ratios(results),
+           "ratios_ab": {pair: {k: v for k, v in r.items() if k != "criterion"}
+                         for pair, r in ratios(results, AB_PAIRS).items()},
+           "skipped": skipped, "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"ratios mens/trl: {json.dumps(doc['ratios_mens_over_trl'])}\nwrote {args.out}")

@@ -5,8 +5,9 @@ called without a 2D attention mask, so transformers (>= 4.5x masking_utils) buil
 mask from the position ids (flash-attention kernels use the same ids as varlen boundaries). Linear-attention
 layers (Gated DeltaNet, Mamba-style mixers) ignore position ids: for them a packed batch is flattened into one
 row with explicit boundaries (`cu_seq_lens_*` for the chunked delta rule, `seq_idx` for the short convolution),
-the arguments transformers hands to flash-linear-attention and causal-conv1d. Padding is its own segment with
-label -100.
+the arguments transformers hands to flash-linear-attention and causal-conv1d. On CPU, softmax attention takes the
+same flattened row and boundaries where `mens.train.segment_attention` applies (it attends one example at a time
+instead of through a block mask). Padding is its own segment with label -100.
 """
 
 from __future__ import annotations
@@ -75,21 +76,27 @@ def model_inputs(model, batch: dict, device: str, *, packed: bool) -> dict:
     """Keyword arguments for `model(...)` (all but `logits_to_keep`) from a collated batch.
 
     `packed`: some row holds 2+ examples (padding after one example needs no boundary: attention is causal).
-    Softmax attention takes the (B, T) rows with per-example position ids. A model with recurrent layers, given
-    packed rows, gets the batch flattened to (1, B*T) with the boundaries its kernels take; logits
+    Softmax attention takes the (B, T) rows with per-example position ids. A model with recurrent layers, or one
+    set to per-example attention (`mens.train.segment_attention`), given packed rows, gets the batch flattened to
+    (1, B*T) with the boundaries its kernels take; logits
     and any (B, T) mask then follow the same row-major order (`mask.reshape(inputs["input_ids"].shape)`).
     """
+    from mens.train.segment_attention import uses_segment_attention
+
     ids, pos = batch["input_ids"], batch["position_ids"]
     kw: dict = {"use_cache": False}
-    if packed and has_recurrent_layers(model):
+    recurrent = has_recurrent_layers(model)
+    if packed and (recurrent or uses_segment_attention(model)):
         import torch
         from transformers.modeling_flash_attention_utils import prepare_fa_kwargs_from_position_ids
 
         ids, pos = ids.reshape(1, -1), pos.reshape(1, -1)
         (cu_q, cu_k), (max_q, max_k) = prepare_fa_kwargs_from_position_ids(pos)
-        seq_idx = (torch.cumsum(pos == 0, -1) - 1).to(torch.int32)  # (1, B*T) segment number of each token
         kw.update(cu_seq_lens_q=cu_q.to(device), cu_seq_lens_k=cu_k.to(device), max_length_q=int(max_q),
-                  max_length_k=int(max_k), seq_idx=seq_idx.to(device))
+                  max_length_k=int(max_k))
+        if recurrent:
+            seq_idx = (torch.cumsum(pos == 0, -1) - 1).to(torch.int32)  # (1, B*T) segment number of each token
+            kw.update(seq_idx=seq_idx.to(device))
     kw.update(input_ids=ids.to(device), position_ids=pos.to(device))
     return kw
 

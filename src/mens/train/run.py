@@ -379,6 +379,14 @@ def run_training(cfg: TrainConfig) -> dict:
         batch_size=cfg.batch_size, memory_gb=fsdp.process_memory_gb(device))
     pf.ok("gradient checkpointing", why)
     model = build_model(cfg, inp, device, pf, checkpointing=checkpointing)
+    own_attention = None
+    if cfg.pack:  # before the packing check, which then checks this attention's isolation too
+        from mens.train.segment_attention import bind_segment_attention
+
+        own_attention, note = bind_segment_attention(
+            model, device, _autocast(autocast_dtype(cfg.autocast, device, cfg.backend), device), len(inp.tokenizer))
+        if note:
+            pf.ok("attention", note)
     packing = choose_packing(cfg, inp, model, device, pf)  # before the plan is used: it may re-plan
     shard, parallelism = fsdp.choose(cfg.fsdp, world=d.world, device=device, model_config=inp.model_config,
                                      backend=cfg.backend, r=cfg.r, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
@@ -459,6 +467,11 @@ def run_training(cfg: TrainConfig) -> dict:
     except BaseException as e:
         tel.emit("train_failed", error=f"{type(e).__name__}: {e}")
         raise
+    finally:
+        if own_attention is not None:  # a later use of this model in the process (eval, generation) gets its own
+            from mens.train.segment_attention import restore_attention
+
+            restore_attention(model, own_attention)
     weights = fsdp.full_weights(model, cfg.backend) if d.sharded else None  # every rank joins the gather
     summary: RunSummary | None = None
     if d.main:

@@ -1,0 +1,148 @@
+"""Attention over packed rows one example at a time, for training on CPU.
+
+Why: transformers attends a packed row of T tokens with one (T x T) block-diagonal causal mask built from the
+position ids. torch's CPU attention kernel computes every block of that mask, the masked ones and the upper
+triangle included (an explicit mask also rules out its causal fast path), so a 512-token row of three examples
+costs as much as one 512-token example. Attending each example on its own, causal and without a mask, does only
+the work inside each example's triangle: on dogfood's rows (~2.7 examples in 512 tokens, 2 rows a step,
+SmolLM2-135M) attention's forward and backward took ~40% of the masked kernel's time, about a tenth of the step
+(bench/results/train_speed-segments-vm.json). The packed batch is flattened into one row with the examples'
+boundaries (`cu_seq_lens_q`, transformers' varlen arguments, as for recurrent layers), and the attention function is
+registered with transformers' AttentionInterface and set on this model instance only. An attention function
+transformers builds no mask for gets `attention_mask=None`, so no (T x T) mask is built at all.
+
+Bound only on CPU (on CUDA the per-example loop would cost a kernel launch per example and layer; untested there),
+only for softmax-attention models whose implementation is "sdpa" or "eager", and only when the model's logits on a
+packed probe batch match its own attention's. Sliding windows are honoured inside each example; attention forms
+this function does not reproduce (logit softcapping, attention sinks, position biases) fail the probe and keep the
+model's own attention. The model's implementation is restored after training (`restore_attention`), and it is never
+saved: transformers leaves `_attn_implementation` out of config.json.
+"""
+
+from __future__ import annotations
+
+SEGMENT_ATTENTION = "auto"  # "auto": per-example attention for packed rows on CPU where it matches; "off": the mask
+NAME = "mens_segments"
+PROBE_TOLERANCE = 2e-2  # relative to the logits' scale: ~1e-6 apart in f32, ~1% under bf16; a leak is ~100%
+
+
+def segment_attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
+                              scaling: float | None = None, is_causal: bool | None = None, cu_seq_lens_q=None,
+                              sliding_window: int | None = None, softcap: float | None = None, s_aux=None,
+                              position_bias=None, **kwargs):
+    """transformers' attention-function signature: query (B, H, T, D), key/value (B, KV, S, D) -> ((B, T, H, D), None).
+
+    Each example (the spans between `cu_seq_lens_q` boundaries of a flattened batch, or each row without them) is
+    attended causally on its own. A call this cannot serve exactly (a mask handed in, a KV cache, softcapping, sinks,
+    a position bias, non-causal attention) raises NotImplementedError: the binding probe then keeps the model's own
+    attention, and after binding such a call is a bug to report, never a silent wrong answer."""
+    import torch
+    import torch.nn.functional as F
+
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if (attention_mask is not None or softcap is not None or s_aux is not None or position_bias is not None
+            or not causal or query.shape[2] != key.shape[2]):
+        raise NotImplementedError("per-example attention serves causal self-attention over packed rows only")
+    total = query.shape[2]
+    if cu_seq_lens_q is None:
+        bounds = [0, total]
+    else:
+        if query.shape[0] != 1:
+            raise NotImplementedError("varlen boundaries come with a batch flattened into one row")
+        bounds = [int(b) for b in cu_seq_lens_q.tolist()]
+    gqa = query.shape[1] != key.shape[1]
+    p = dropout if module.training else 0.0
+    outs = []
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        if end <= start:
+            continue
+        q, k, v = query[:, :, start:end], key[:, :, start:end], value[:, :, start:end]
+        n = end - start
+        if sliding_window is not None and n > sliding_window:
+            i = torch.arange(n, device=query.device)
+            gap = i[:, None] - i[None, :]  # query index - key index
+            mask = (gap >= 0) & (gap < sliding_window)
+            outs.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scaling,
+                                                       enable_gqa=gqa))
+        else:
+            outs.append(F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, scale=scaling,
+                                                       enable_gqa=gqa))
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> None:
+    """Make NAME a transformers attention implementation (process-wide; idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, segment_attention_forward)
+
+
+def uses_segment_attention(model) -> bool:
+    config = getattr(model, "config", None)
+    return getattr(config, "_attn_implementation", None) == NAME
+
+
+def _pretrained(model):
+    """The transformers model inside a peft wrapper (set_attn_implementation lives there)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def bind_segment_attention(model, device: str, autocast, vocab: int) -> tuple[str | None, str | None]:
+    """Switch this model to per-example attention where it applies and matches the model's own on a probe.
+    Returns (the implementation to restore after training or None, the preflight note or None)."""
+    from mens.train.packing import has_recurrent_layers
+
+    if SEGMENT_ATTENTION == "off" or str(device) != "cpu":
+        return None, None
+    base = _pretrained(model)
+    own = getattr(base.config, "_attn_implementation", None)
+    if own not in ("sdpa", "eager") or has_recurrent_layers(base) or not hasattr(base, "set_attn_implementation"):
+        return None, None
+    register()
+    try:
+        diff = _probe(model, base, own, device, autocast, vocab)
+    except (NotImplementedError, ValueError, TypeError) as e:  # a form this function refuses, or transformers does
+        base.set_attn_implementation(own)
+        return None, f"kept {own} attention: per-example attention does not serve this model ({_first_line(e)})"
+    if diff is not None:
+        base.set_attn_implementation(own)
+        return None, f"kept {own} attention: per-example attention differs from it on a probe ({diff:.2g} of scale)"
+    return own, (f"packed rows attend one example at a time ({own}'s kernel without the block mask; "
+                 "matched on a probe)")
+
+
+def restore_attention(model, own: str | None) -> None:
+    if own is not None:
+        _pretrained(model).set_attn_implementation(own)
+
+
+def _probe(model, base, own: str, device: str, autocast, vocab: int) -> float | None:
+    """Logits of a packed 2-row batch under the model's own attention and under NAME (left set when they match).
+    Returns None on a match, else the largest difference relative to the logits' scale."""
+    import torch
+
+    from mens.train.packing import collate, model_inputs
+    from mens.train.text import Example
+
+    g = torch.Generator().manual_seed(0)
+    exs = [Example(ids=torch.randint(3, vocab, (n,), generator=g).tolist(), labels=[0] * n) for n in (5, 6, 7, 3)]
+    batch = collate([exs[:2], exs[2:]], 0)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), autocast():
+            ref = model(**model_inputs(model, batch, device, packed=True)).logits.float()
+            base.set_attn_implementation(NAME)
+            got = model(**model_inputs(model, batch, device, packed=True)).logits.float()
+    finally:
+        model.train(was_training)
+    got = got.reshape(ref.shape)
+    scale = float(ref.abs().max()) or 1.0
+    diff = float((got - ref).abs().max()) / scale
+    return None if diff <= PROBE_TOLERANCE else diff
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__

@@ -1,0 +1,168 @@
+"""Per-example attention over packed rows (mens.train.segment_attention): the block mask's loss and gradients,
+sliding windows inside an example, the model's own attention kept wherever it does not apply."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny_archs import tiny_model
+
+from mens.model.lora import attach_lora
+from mens.train import segment_attention
+from mens.train.packing import batch_loss_sum, collate, model_inputs
+from mens.train.segment_attention import (
+    NAME,
+    bind_segment_attention,
+    restore_attention,
+    segment_attention_forward,
+    uses_segment_attention,
+)
+from mens.train.text import IGNORE, Example
+
+NULL = contextlib.nullcontext
+
+
+def _rows(seed: int = 1, lengths=((5, 11, 4), (13, 9))) -> list[list[Example]]:
+    """Packed rows of examples whose second half is supervised (the second row is shorter: padding)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for row in lengths:
+        exs = []
+        for n in row:
+            ids = torch.randint(3, 300, (n,), generator=g).tolist()
+            exs.append(Example(ids=ids, labels=[IGNORE] * (n // 2) + ids[n // 2:]))
+        rows.append(exs)
+    return rows
+
+
+def _model(arch: str, lora: bool = True):
+    model = tiny_model(arch, seed=0)
+    if lora:
+        torch.manual_seed(0)
+        model = attach_lora(model, r=4, alpha=8, dropout=0.0)
+        gen = torch.Generator().manual_seed(0)
+        for module in model.modules():  # non-zero B: every adapter shows in the output and the gradients
+            if hasattr(module, "lora_B"):
+                with torch.no_grad():
+                    module.lora_B["default"].weight.normal_(0.0, 0.1, generator=gen)
+    return model
+
+
+def _loss_and_grads(model, rows):
+    model.zero_grad(set_to_none=True)
+    loss, n = batch_loss_sum(model, rows, 0, "cpu", NULL)
+    loss.backward()
+    return loss.item(), n, {k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3_text"])
+def test_per_example_attention_gives_the_block_masks_loss_and_gradients(arch):
+    rows = _rows()
+    ref, seg = _model(arch), _model(arch)
+    assert ref.config._attn_implementation == "sdpa"
+    own, note = bind_segment_attention(seg, "cpu", NULL, 300)
+    assert own == "sdpa" and "one example at a time" in note and uses_segment_attention(seg)
+    loss0, n0, grads0 = _loss_and_grads(ref, rows)
+    loss1, n1, grads1 = _loss_and_grads(seg, rows)
+    assert n1 == n0 and loss1 == pytest.approx(loss0, rel=1e-5)
+    assert grads0.keys() == grads1.keys() and any("self_attn" in k and "lora_A" in k for k in grads0)
+    for k, g in grads0.items():
+        assert (grads1[k] - g).abs().max() <= 1e-4 * g.abs().max() + 1e-7, k
+
+
+def test_the_packed_batch_reaches_the_function_flattened_with_boundaries():
+    model = _model("llama")
+    bind_segment_attention(model, "cpu", NULL, 300)
+    seen = []
+    real = segment_attention_forward
+
+    def spy(module, query, key, value, attention_mask, **kw):
+        seen.append((tuple(query.shape), attention_mask, kw.get("cu_seq_lens_q")))
+        return real(module, query, key, value, attention_mask, **kw)
+
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, spy)
+    try:
+        rows = _rows()
+        batch = collate(rows, 0)
+        inputs = model_inputs(model, batch, "cpu", packed=True)
+        assert inputs["input_ids"].shape == (1, 2 * 22)  # B * T, T = the longer row (13 + 9)
+        model(**inputs)
+    finally:
+        segment_attention.register()
+    assert len(seen) == 2  # both layers; no (T x T) mask was built for either
+    for shape, mask, cu in seen:
+        assert shape[2] == 44 and mask is None
+        assert cu.tolist() == [0, 5, 16, 20, 22, 35, 44]  # row 1: 5, 11, 4 and 2 of padding; row 2: 13, 9
+
+
+def test_sliding_window_inside_one_example():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 20, 8, generator=g) for _ in range(3))
+    module = torch.nn.Module()
+    cu = torch.tensor([0, 12, 20], dtype=torch.int32)
+    out, _ = segment_attention_forward(module, q, k, v, None, scaling=0.3, cu_seq_lens_q=cu, sliding_window=5)
+    i = torch.arange(20)
+    same = (torch.bucketize(i, cu[1:], right=True)[:, None] == torch.bucketize(i, cu[1:], right=True)[None, :])
+    gap = i[:, None] - i[None, :]
+    mask = same & (gap >= 0) & (gap < 5)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3).transpose(1, 2)
+    assert torch.allclose(out, ref, atol=1e-6)
+
+
+def test_gemma3_sliding_layers_agree_on_examples_longer_than_the_window():
+    rows = _rows(lengths=((19, 7), (24,)))  # the tiny gemma3's window is 8
+    ref, seg = _model("gemma3_text"), _model("gemma3_text")
+    bind_segment_attention(seg, "cpu", NULL, 300)
+    assert uses_segment_attention(seg)
+    loss0, _, grads0 = _loss_and_grads(ref, rows)
+    loss1, _, grads1 = _loss_and_grads(seg, rows)
+    assert loss1 == pytest.approx(loss0, rel=1e-5)
+    for k, g in grads0.items():
+        assert (grads1[k] - g).abs().max() <= 1e-4 * g.abs().max() + 1e-7, k
+
+
+def test_a_form_it_does_not_reproduce_keeps_the_models_own_attention():
+    import transformers as T
+
+    config = T.Gemma2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=8, attn_logit_softcapping=50.0)
+    torch.manual_seed(0)
+    model = T.Gemma2ForCausalLM(config)
+    before = model.config._attn_implementation  # transformers picks eager for softcapping
+    own, note = bind_segment_attention(model, "cpu", NULL, 300)
+    assert own is None and note.startswith(f"kept {before} attention: per-example attention does not serve")
+    assert model.config._attn_implementation == before
+
+
+def test_not_bound_off_cpu_when_switched_off_or_for_recurrent_layers(monkeypatch):
+    assert bind_segment_attention(_model("llama"), "cuda", NULL, 300) == (None, None)
+    assert bind_segment_attention(_model("qwen3_5"), "cpu", NULL, 300) == (None, None)
+    monkeypatch.setattr(segment_attention, "SEGMENT_ATTENTION", "off")
+    model = _model("llama")
+    assert bind_segment_attention(model, "cpu", NULL, 300) == (None, None)
+    assert not uses_segment_attention(model)
+
+
+def test_restored_and_never_saved(tmp_path):
+    model = _model("llama", lora=False)
+    own, _ = bind_segment_attention(model, "cpu", NULL, 300)
+    model.save_pretrained(tmp_path)
+    assert NAME not in (tmp_path / "config.json").read_text()
+    restore_attention(model, own)
+    assert model.config._attn_implementation == "sdpa" and not uses_segment_attention(model)
+
+
+def test_a_call_it_cannot_serve_raises_instead_of_answering_wrong():
+    q = torch.randn(1, 2, 4, 8)
+    module = torch.nn.Module()
+    with pytest.raises(NotImplementedError):
+        segment_attention_forward(module, q, q, q, torch.ones(1, 1, 4, 4, dtype=torch.bool))
+    with pytest.raises(NotImplementedError):
+        segment_attention_forward(module, q, q, q, None, softcap=50.0)
+    with pytest.raises(NotImplementedError):  # a KV cache: fewer queries than keys
+        segment_attention_forward(module, q[:, :, :1], q, q, None)
