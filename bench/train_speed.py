@@ -349,6 +349,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "train.jsonl"
         n_rows = make_data(args.corpus, data)
+        if not n_rows:
+            sys.exit(f"--corpus {args.corpus}: no .vox files there (the shared Vox corpus, ../shared/corpus/vox from "
+                     "a checkout beside ../shared, is the default)")
         for rnd, name in ((r, n) for r in range(args.repeats) for n in names):  # mens, trl, mens, trl, ...
             res = Path(tmp) / f"{name}-{rnd}.json"
             t0 = time.time()

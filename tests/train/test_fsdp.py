@@ -206,8 +206,11 @@ def test_fsdp_uneven_shares_stay_in_lockstep(tmp_path, tiny_model_dir):
     val = [json.loads(line)["val_loss"] for run in (single, out) for line in (run / "telemetry.jsonl").open()
            if '"eval"' in line]
     print(f"uneven shares: fsdp x2 vs single: adapter {diff:.2e}, val loss {val}")
-    # 9 steps, micro-batches of 1 row vs 4: the replicated run (--fsdp off) measures 4.3e-6 here, FSDP 3.9e-6.
-    assert diff < TOL["lora"] and abs(val[0] - val[1]) < 1e-5
+    # 9 steps, micro-batches of 1 row vs 4. With the block mask this measured 4.3e-6 replicated and 0.9-3.9e-6 with
+    # FSDP. On CPU a 4-row pass is one flattened row attended example by example (mens.train.segment_attention):
+    # its gradients sum in another order (~1e-6 relative), and Adam's first steps turn that into 1.1-1.2e-5 on
+    # parameters whose gradients are near zero (one process, 4-row passes, per-example vs block-mask attention).
+    assert diff < 3 * TOL["lora"] and abs(val[0] - val[1]) < 1e-5
 
 
 def test_process_memory_honours_the_allocator_cap(monkeypatch):
