@@ -259,12 +259,15 @@ def run_mens(a: dict, work: Path) -> dict:
     from mens.train import loss
 
     telemetry.Telemetry.emit = timed_emit  # undone below: grouped runs share this process
-    from mens.train import kernels, lora_mlp
+    from mens.train import kernels, lora_mlp, segment_attention
 
     fused, layer, mlp = loss.FUSED_CE, kernels.LAYER_KERNELS, lora_mlp.FUSED_LORA_MLP
+    segments = segment_attention.SEGMENT_ATTENTION
     loss.FUSED_CE = "off" if a["side"] == "mens-chunked" else "auto"  # the loss kernel A/B (mens.train.loss)
     kernels.LAYER_KERNELS = "off" if a["side"] == "mens-torch" else "auto"  # the layer kernel A/B
     lora_mlp.FUSED_LORA_MLP = "off" if a["side"] == "mens-peft" else "auto"  # the fused LoRA MLP A/B
+    # per-example (varlen flash) attention against transformers' block mask
+    segment_attention.SEGMENT_ATTENTION = "off" if a["side"] == "mens-mask" else "auto"
     cfg = TrainConfig(data=a["data"], output_dir=str(work / "run"), model=a["model_dir"], backend=a["backend"],
                       device=a["device"], max_steps=a["warmup"] + a["steps"], seq_len=a["seq_len"],
                       batch_size=a["batch_size"], grad_accum=a["grad_accum"], val_fraction=0, save_every=0,
@@ -276,11 +279,13 @@ def run_mens(a: dict, work: Path) -> dict:
     finally:
         telemetry.Telemetry.emit, loss.FUSED_CE = emit, fused
         kernels.LAYER_KERNELS, lora_mlp.FUSED_LORA_MLP = layer, mlp
+        segment_attention.SEGMENT_ATTENTION = segments
     manifest = json.loads((work / "run" / MANIFEST).read_text())
     checks = json.loads((work / "run" / PREFLIGHT).read_text())["checks"]
     return {"first_batch_loss": summary["first_loss"], "peft_targets": adapter_targets(work / "run"),
             "layer_kernels": next((c["detail"] for c in checks if c["check"] == "layer kernels"), "torch's"),
             "fused_lora_mlp": next((c["detail"] for c in checks if c["check"] == "fused LoRA MLP"), "peft's"),
+            "attention": next((c["detail"] for c in checks if c["check"] == "attention"), "block mask"),
             "matmul_dtype": manifest.get("matmul_dtype"), "packed_rows": manifest["examples"]["train_rows"],
             **clock.timed(a["warmup"])}
 

@@ -132,12 +132,13 @@ def test_grouped_mode_runs_every_side_of_a_shape_in_one_process(tmp_path):
     assert ratio["same_timed_tokens"] and ratio["supervised_tokens_per_s"]["n"] == 1
 
 
-def test_fused_mlp_side_and_dropout_flag(tmp_path):
-    """--lora-dropout 0 reaches both sides' configs, and `mens-peft` (peft's MLP modules) is the fused MLP's A/B:
-    the default mens run records the fused MLP, the A/B side does not, and both start from the same loss."""
+def test_fused_mlp_and_attention_sides_and_dropout_flag(tmp_path):
+    """--lora-dropout 0 reaches both sides' configs; `mens-peft` (peft's MLP modules) is the fused MLP's A/B and
+    `mens-mask` (the block mask) the per-example attention's: the default mens run records both features, each A/B
+    side lacks its own, and all start from the same loss."""
     out = tmp_path / "fused.json"
     cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",
-           "--grouped", "--shapes", "qwen2.5-0.5b", "--backends", "lora", "--sides", "mens,mens-peft",
+           "--grouped", "--shapes", "qwen2.5-0.5b", "--backends", "lora", "--sides", "mens,mens-peft,mens-mask",
            "--lora-dropout", "0", "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -148,3 +149,6 @@ def test_fused_mlp_side_and_dropout_flag(tmp_path):
     assert by_side["mens-peft"]["fused_lora_mlp"] == "peft's"
     assert by_side["mens"]["layer_kernels"] == "torch's"  # Liger's layer kernels are CUDA-only
     assert by_side["mens-peft"]["first_batch_loss"] == pytest.approx(by_side["mens"]["first_batch_loss"], rel=1e-6)
+    assert by_side["mens"]["attention"].startswith("packed rows attend one example at a time")
+    assert by_side["mens-mask"]["attention"] == "block mask"
+    assert by_side["mens-mask"]["first_batch_loss"] == pytest.approx(by_side["mens"]["first_batch_loss"], rel=1e-5)

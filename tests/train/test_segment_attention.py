@@ -139,8 +139,8 @@ def test_a_form_it_does_not_reproduce_keeps_the_models_own_attention():
     assert model.config._attn_implementation == before
 
 
-def test_not_bound_off_cpu_when_switched_off_or_for_recurrent_layers(monkeypatch):
-    assert bind_segment_attention(_model("llama"), "cuda", NULL, 300) == (None, None)
+def test_not_bound_on_other_devices_when_switched_off_or_for_recurrent_layers(monkeypatch):
+    assert bind_segment_attention(_model("llama"), "mps", NULL, 300) == (None, None)
     assert bind_segment_attention(_model("qwen3_5"), "cpu", NULL, 300) == (None, None)
     monkeypatch.setattr(segment_attention, "SEGMENT_ATTENTION", "off")
     model = _model("llama")
@@ -166,3 +166,77 @@ def test_a_call_it_cannot_serve_raises_instead_of_answering_wrong():
         segment_attention_forward(module, q, q, q, None, softcap=50.0)
     with pytest.raises(NotImplementedError):  # a KV cache: fewer queries than keys
         segment_attention_forward(module, q[:, :, :1], q, q, None)
+
+
+def _reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
+    """torch.nn.attention.varlen.varlen_attn's contract, example by example with sdpa (its kernel is CUDA's)."""
+    assert q.dim() == 3 and cu_q.dtype == torch.int32 and torch.equal(cu_q, cu_k) and window_size[1] == 0
+    bounds = cu_q.tolist()
+    assert max_q == max_k == max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
+    outs = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        i = torch.arange(b - a)
+        gap = i[:, None] - i[None, :]
+        mask = (gap >= 0) & ((gap <= window_size[0]) if window_size[0] >= 0 else True)
+        x = [t[a:b].transpose(0, 1)[None] for t in (q, k, v)]
+        outs.append(F.scaled_dot_product_attention(*x, attn_mask=mask, scale=scale, enable_gqa=enable_gqa)[0]
+                    .transpose(0, 1))
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])
+def test_the_cuda_form_hands_varlen_attention_the_flattened_examples(arch, monkeypatch):
+    """The CUDA branch's layout, boundaries and window on CPU, with a reference in varlen_attn's place: the same
+    logits (bf16) as the block mask, examples longer than gemma3's window of 8 included."""
+    from torch.nn.attention import varlen
+
+    monkeypatch.setattr(segment_attention, "_use_flash", lambda q: True)
+    monkeypatch.setattr(varlen, "varlen_attn", _reference_varlen)
+    rows = _rows(lengths=((19, 7), (24,)))
+    ref, seg = _model(arch).to(torch.bfloat16), _model(arch).to(torch.bfloat16)
+    own, note = bind_segment_attention(seg, "cpu", NULL, 300)
+    assert own == "sdpa", note
+    batch = collate(rows, 0)
+    with torch.no_grad():
+        want = ref(**model_inputs(ref, batch, "cpu", packed=True)).logits.float()
+        got = seg(**model_inputs(seg, batch, "cpu", packed=True)).logits.float().reshape(want.shape)
+    assert (got - want).abs().max() <= 0.02 * want.abs().max()
+
+
+def test_the_cuda_form_refuses_f32_and_dropout(monkeypatch):
+    monkeypatch.setattr(segment_attention, "_use_flash", lambda q: True)
+    q = torch.randn(1, 2, 4, 8)
+    module = torch.nn.Module()
+    with pytest.raises(NotImplementedError, match="bf16 or fp16"):
+        segment_attention_forward(module, q, q, q, None)
+    module.train()
+    with pytest.raises(NotImplementedError, match="dropout"):
+        segment_attention_forward(module, q.bfloat16(), q.bfloat16(), q.bfloat16(), None, dropout=0.1)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])
+def test_cuda_varlen_flash_gives_the_block_masks_loss_and_gradients(arch):
+    bf16 = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
+    rows = _rows(lengths=((19, 7, 30), (24, 11)))
+    ref, seg = _model(arch).cuda(), _model(arch).cuda()
+    own, note = bind_segment_attention(seg, "cuda", bf16, 300)
+    assert own == "sdpa" and "varlen flash" in note, note
+    losses, grads = [], []
+    for model in (ref, seg):
+        model.zero_grad(set_to_none=True)
+        loss, _ = batch_loss_sum(model, rows, 0, "cuda", bf16)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append({k: p.grad.float() for k, p in model.named_parameters() if p.requires_grad})
+    assert losses[1] == pytest.approx(losses[0], rel=2e-2)
+    for k, g in grads[0].items():
+        assert (grads[1][k] - g).abs().max() <= 0.05 * g.abs().max() + 1e-6, k
+
+
+def test_cuda_keeps_the_models_attention_where_it_drops_attention_out():
+    model = _model("llama")
+    model.config.attention_dropout = 0.1
+    own, note = bind_segment_attention(model, "cuda", NULL, 300)  # refused before anything runs on the device
+    assert own is None and note == "kept sdpa attention: flash varlen attention has no attention dropout"

@@ -1,4 +1,4 @@
-"""Attention over packed rows one example at a time, for training on CPU.
+"""Attention over packed rows one example at a time, for training.
 
 Why: transformers attends a packed row of T tokens with one (T x T) block-diagonal causal mask built from the
 position ids, and torch's CPU attention kernel then works through the whole row, computing the blocks between
@@ -10,17 +10,19 @@ boundaries (`cu_seq_lens_q`, transformers' varlen arguments, as for recurrent la
 is registered with transformers' AttentionInterface and set on this model instance only. transformers builds no
 mask for an attention function it does not know, so no (T x T) mask is built at all.
 
-Bound only on CPU (on CUDA the per-example loop would cost a kernel launch per example and layer; untested there),
-only for softmax-attention models whose implementation is "sdpa" or "eager", and only when the model's logits on a
-packed probe batch match its own attention's. Sliding windows are honoured inside each example; attention forms
-this function does not reproduce (logit softcapping, attention sinks, position biases) fail the probe and keep the
-model's own attention. The model's implementation is restored after training (`restore_attention`), and it is never
-saved: transformers leaves `_attn_implementation` out of config.json.
+On CUDA the same flattened row goes to torch's varlen flash attention (`torch.nn.attention.varlen`, bf16/fp16),
+one call for every example of the batch, instead of the memory-efficient kernel working through the (T x T) mask;
+its speed on a GPU is NOT MEASURED. Bound only for softmax-attention models whose implementation is "sdpa" or
+"eager", and only when the model's logits on a packed probe batch match its own attention's and a backward pass
+through it runs. Sliding windows are honoured inside each example; attention forms this function does not reproduce
+(logit softcapping, attention sinks, position biases; on CUDA also f32 and attention dropout) fail the probe or the
+checks before it and keep the model's own attention. The model's implementation is restored after training
+(`restore_attention`), and it is never saved: transformers leaves `_attn_implementation` out of config.json.
 """
 
 from __future__ import annotations
 
-SEGMENT_ATTENTION = "auto"  # "auto": per-example attention for packed rows on CPU where it matches; "off": the mask
+SEGMENT_ATTENTION = "auto"  # "auto": per-example attention for packed rows where it matches; "off": the block mask
 NAME = "mens_segments"
 PROBE_TOLERANCE = 2e-2  # relative to the logits' scale: ~1e-6 apart in f32, ~1% under bf16; a leak is ~100%
 
@@ -42,15 +44,14 @@ def segment_attention_forward(module, query, key, value, attention_mask, dropout
     if (attention_mask is not None or softcap is not None or s_aux is not None or position_bias is not None
             or not causal or query.shape[2] != key.shape[2]):
         raise NotImplementedError("per-example attention serves causal self-attention over packed rows only")
-    total = query.shape[2]
-    if cu_seq_lens_q is None:
-        bounds = [0, total]
-    else:
-        if query.shape[0] != 1:
-            raise NotImplementedError("varlen boundaries come with a batch flattened into one row")
-        bounds = [int(b) for b in cu_seq_lens_q.tolist()]
     gqa = query.shape[1] != key.shape[1]
     p = dropout if module.training else 0.0
+    if cu_seq_lens_q is not None and query.shape[0] != 1:
+        raise NotImplementedError("varlen boundaries come with a batch flattened into one row")
+    if _use_flash(query):
+        return _flash_varlen(query, key, value, cu_seq_lens_q, kwargs.get("max_length_q"), p, scaling,
+                             sliding_window, gqa), None
+    bounds = [0, query.shape[2]] if cu_seq_lens_q is None else [int(b) for b in cu_seq_lens_q.tolist()]
     outs = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         if end <= start:
@@ -68,6 +69,34 @@ def segment_attention_forward(module, query, key, value, attention_mask, dropout
                                                        enable_gqa=gqa))
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _use_flash(query) -> bool:
+    return query.is_cuda
+
+
+def _flash_varlen(query, key, value, cu_seq_lens, max_length, dropout: float, scaling, sliding_window, gqa: bool):
+    """The CUDA form: every example of the flattened row in one call of torch's varlen flash attention (half
+    precision only). (1, H, T, D) in, (1, T, H, D) out; without boundaries each row of the batch is one example."""
+    import torch
+    from torch.nn.attention import varlen
+
+    if dropout:
+        raise NotImplementedError("torch's varlen flash attention has no dropout")
+    if query.dtype not in (torch.bfloat16, torch.float16):
+        raise NotImplementedError(f"flash attention takes bf16 or fp16, not {query.dtype}")
+    b, _, t, _ = query.shape
+    if cu_seq_lens is None:
+        cu_seq_lens = torch.arange(0, (b + 1) * t, t, device=query.device, dtype=torch.int32)
+        max_length = t
+    elif max_length is None:
+        max_length = int((cu_seq_lens[1:] - cu_seq_lens[:-1]).max())
+    q, k, v = (x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3]) for x in (query, key, value))  # (B*T, H, D)
+    window = (sliding_window - 1, 0) if sliding_window is not None else (-1, 0)  # (-1, 0): causal
+    cu = cu_seq_lens.to(torch.int32)
+    out = varlen.varlen_attn(q, k, v, cu, cu, int(max_length), int(max_length), scale=scaling, window_size=window,
+                      enable_gqa=gqa)
+    return out.reshape(b, t, *out.shape[1:])
 
 
 def register() -> None:
@@ -92,23 +121,32 @@ def bind_segment_attention(model, device: str, autocast, vocab: int) -> tuple[st
     Returns (the implementation to restore after training or None, the preflight note or None)."""
     from mens.train.packing import has_recurrent_layers
 
-    if SEGMENT_ATTENTION == "off" or str(device) != "cpu":
+    cuda = str(device).startswith("cuda")
+    if SEGMENT_ATTENTION == "off" or not (cuda or str(device) == "cpu"):
         return None, None
     base = _pretrained(model)
     own = getattr(base.config, "_attn_implementation", None)
     if own not in ("sdpa", "eager") or has_recurrent_layers(base) or not hasattr(base, "set_attn_implementation"):
         return None, None
+    if cuda:
+        try:
+            from torch.nn.attention import varlen  # noqa: F401  (torch >= 2.10)
+        except ImportError:
+            return None, None
+        text = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+        if float(getattr(text, "attention_dropout", 0.0) or 0.0) > 0:
+            return None, f"kept {own} attention: flash varlen attention has no attention dropout"
     register()
     try:
         diff = _probe(model, base, own, device, autocast, vocab)
-    except (NotImplementedError, ValueError, TypeError) as e:  # a form this function refuses, or transformers does
+    except (NotImplementedError, ValueError, TypeError, RuntimeError) as e:  # a form or a kernel it cannot serve
         base.set_attn_implementation(own)
         return None, f"kept {own} attention: per-example attention does not serve this model ({_first_line(e)})"
     if diff is not None:
         base.set_attn_implementation(own)
         return None, f"kept {own} attention: per-example attention differs from it on a probe ({diff:.2g} of scale)"
-    return own, (f"packed rows attend one example at a time ({own}'s kernel without the block mask; "
-                 "matched on a probe)")
+    how = "torch's varlen flash attention" if cuda else f"{own}'s kernel without the block mask"
+    return own, f"packed rows attend one example at a time ({how}; matched on a probe)"
 
 
 def restore_attention(model, own: str | None) -> None:
@@ -117,8 +155,9 @@ def restore_attention(model, own: str | None) -> None:
 
 
 def _probe(model, base, own: str, device: str, autocast, vocab: int) -> float | None:
-    """Logits of a packed 2-row batch under the model's own attention and under NAME (left set when they match).
-    Returns None on a match, else the largest difference relative to the logits' scale."""
+    """Logits of a packed 2-row batch under the model's own attention and under NAME (left set when they match),
+    then one backward pass through NAME (a kernel without a backward fails here, not at step 1; the gradients are
+    dropped). Returns None on a match, else the largest difference relative to the logits' scale."""
     import torch
 
     from mens.train.packing import collate, model_inputs
@@ -132,11 +171,16 @@ def _probe(model, base, own: str, device: str, autocast, vocab: int) -> float | 
     try:
         with torch.no_grad(), autocast():
             ref = model(**model_inputs(model, batch, device, packed=True)).logits.float()
-            base.set_attn_implementation(NAME)
+        base.set_attn_implementation(NAME)
+        with autocast():
             got = model(**model_inputs(model, batch, device, packed=True)).logits.float()
+        if got.requires_grad:
+            got.sum().backward()
     finally:
         model.train(was_training)
-    got = got.reshape(ref.shape)
+        for param in model.parameters():
+            param.grad = None
+    got = got.detach().reshape(ref.shape)
     scale = float(ref.abs().max()) or 1.0
     diff = float((got - ref).abs().max()) / scale
     return None if diff <= PROBE_TOLERANCE else diff
