@@ -5,8 +5,8 @@ called without a 2D attention mask, so transformers (>= 4.5x masking_utils) buil
 mask from the position ids (flash-attention kernels use the same ids as varlen boundaries). Linear-attention
 layers (Gated DeltaNet, Mamba-style mixers) ignore position ids: for them a packed batch is flattened into one
 row with explicit boundaries (`cu_seq_lens_*` for the chunked delta rule, `seq_idx` for the short convolution),
-the arguments transformers hands to flash-linear-attention and causal-conv1d. On CPU, softmax attention takes the
-same flattened row and boundaries where `mens.train.segment_attention` applies (it attends one example at a time
+the arguments transformers hands to flash-linear-attention and causal-conv1d. Softmax attention takes the same
+flattened row and boundaries where `mens.train.segment_attention` applies (it attends one example at a time
 instead of through a block mask). Padding is its own segment with label -100.
 """
 

@@ -254,7 +254,12 @@ def choose_packing(cfg: TrainConfig, inp: Inputs, model, device: str, pf: Prefli
     autocast = _autocast(autocast_dtype(cfg.autocast, device, cfg.backend), device)
     problem = packing_problem(model, device, autocast, len(inp.tokenizer))
     if problem is None:
-        mode = "varlen" if has_recurrent_layers(model) else "position_ids"
+        from mens.train.segment_attention import uses_segment_attention
+
+        # varlen: flattened for recurrent layers; segments: flattened, attended example by example; position_ids:
+        # (B, T) rows whose block mask transformers builds from the position ids
+        mode = ("varlen" if has_recurrent_layers(model) else "segments" if uses_segment_attention(model)
+                else "position_ids")
         pf.ok("packing isolation", f"packed rows keep examples apart ({mode}; checked on 2 rows x 2 examples)")
         return {"mode": mode}
     note = (f"packing off for {inp.model_config.get('model_type')}: {problem}; training on one example per row "
