@@ -94,8 +94,8 @@ def _flash_varlen(query, key, value, cu_seq_lens, max_length, dropout: float, sc
     q, k, v = (x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3]) for x in (query, key, value))  # (B*T, H, D)
     window = (sliding_window - 1, 0) if sliding_window is not None else (-1, 0)  # (-1, 0): causal
     cu = cu_seq_lens.to(torch.int32)
-    out = varlen.varlen_attn(q, k, v, cu, cu, int(max_length), int(max_length), scale=scaling, window_size=window,
-                      enable_gqa=gqa)
+    out = varlen.varlen_attn(q, k, v, cu, cu, int(max_length), int(max_length), scale=scaling,
+                             window_size=window, enable_gqa=gqa)
     return out.reshape(b, t, *out.shape[1:])
 
 
