@@ -61,6 +61,16 @@ def collate(rows: list[Row], pad_id: int):
     return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "position_ids": torch.tensor(pos)}
 
 
+def probe_rows(vocab: int) -> list[Row]:
+    """The packed batch the isolation checks run: two rows of two seeded random examples (5 + 6, 7 + 3 tokens),
+    the second row padded."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    exs = [Example(ids=torch.randint(3, vocab, (n,), generator=g).tolist(), labels=[0] * n) for n in (5, 6, 7, 3)]
+    return [exs[:2], exs[2:]]
+
+
 RECURRENT_LAYER_TYPES = frozenset({"linear_attention", "mamba", "conv", "recurrent"})
 """`config.layer_types` entries whose token mixer carries state along the row instead of attending by position."""
 

@@ -96,12 +96,10 @@ def packing_leaks(model, device: str, autocast, vocab: int) -> bool:
     """
     import torch
 
-    from mens.train.packing import collate, model_inputs
-    from mens.train.text import Example
+    from mens.train.packing import collate, model_inputs, probe_rows
 
-    g = torch.Generator().manual_seed(0)
-    exs = [Example(ids=torch.randint(3, vocab, (n,), generator=g).tolist(), labels=[0] * n) for n in (5, 6, 7, 3)]
-    rows = [exs[:2], exs[2:]]
+    rows = probe_rows(vocab)
+    exs = [ex for row in rows for ex in row]
     batch = collate(rows, 0)
     was_training = model.training
     model.eval()

@@ -242,7 +242,7 @@ def numeric_checks(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, 
     return loss0
 
 
-def choose_packing(cfg: TrainConfig, inp: Inputs, model, device: str, pf: Preflight) -> dict:
+def choose_packing(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, pf: Preflight) -> dict:
     """Keep packed rows where this model keeps packed examples apart; otherwise fall back to one example per row
     (re-planning the steps) with a one-line note, never a refusal. Returns the manifest's `packing` record."""
     import warnings
@@ -251,7 +251,6 @@ def choose_packing(cfg: TrainConfig, inp: Inputs, model, device: str, pf: Prefli
 
     if not cfg.pack:
         return {"mode": "off"}
-    autocast = _autocast(autocast_dtype(cfg.autocast, device, cfg.backend), device)
     problem = packing_problem(model, device, autocast, len(inp.tokenizer))
     if problem is None:
         from mens.train.segment_attention import uses_segment_attention
@@ -384,15 +383,16 @@ def run_training(cfg: TrainConfig) -> dict:
         batch_size=cfg.batch_size, memory_gb=fsdp.process_memory_gb(device))
     pf.ok("gradient checkpointing", why)
     model = build_model(cfg, inp, device, pf, checkpointing=checkpointing)
+    amp = autocast_dtype(cfg.autocast, device, cfg.backend)
+    autocast = _autocast(amp, device)
     own_attention = None
     if cfg.pack:  # before the packing check, which then checks this attention's isolation too
         from mens.train.segment_attention import bind_segment_attention
 
-        own_attention, note = bind_segment_attention(
-            model, device, _autocast(autocast_dtype(cfg.autocast, device, cfg.backend), device), len(inp.tokenizer))
+        own_attention, note = bind_segment_attention(model, device, autocast, len(inp.tokenizer))
         if note:
             pf.ok("attention", note)
-    packing = choose_packing(cfg, inp, model, device, pf)  # before the plan is used: it may re-plan
+    packing = choose_packing(cfg, inp, model, device, autocast, pf)  # before the plan is used: it may re-plan
     shard, parallelism = fsdp.choose(cfg.fsdp, world=d.world, device=device, model_config=inp.model_config,
                                      backend=cfg.backend, r=cfg.r, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
                                      gradient_checkpointing=checkpointing)
@@ -410,10 +410,8 @@ def run_training(cfg: TrainConfig) -> dict:
                                   weight_decay=cfg.weight_decay, fused=device.startswith("cuda") or None)
     warmup = effective_warmup(cfg.warmup_steps, inp.plan.total_steps)
     scheduler = make_scheduler(optimizer, warmup=warmup, total=inp.plan.total_steps)
-    amp = autocast_dtype(cfg.autocast, device, cfg.backend)
     emulated = "; this CPU has no native bf16, so f32" if cfg.autocast == "bf16" and amp is None else ""
     pf.ok("matmul precision", f"{amp or 'f32'} (autocast: {cfg.autocast}{emulated})")
-    autocast = _autocast(amp, device)
     if amp and cfg.backend != "full":
         from mens.model.lora import keep_inputs_in_autocast_dtype
 

@@ -160,12 +160,9 @@ def _probe(model, base, own: str, device: str, autocast, vocab: int) -> float | 
     dropped). Returns None on a match, else the largest difference relative to the logits' scale."""
     import torch
 
-    from mens.train.packing import collate, model_inputs
-    from mens.train.text import Example
+    from mens.train.packing import collate, model_inputs, probe_rows
 
-    g = torch.Generator().manual_seed(0)
-    exs = [Example(ids=torch.randint(3, vocab, (n,), generator=g).tolist(), labels=[0] * n) for n in (5, 6, 7, 3)]
-    batch = collate([exs[:2], exs[2:]], 0)
+    batch = collate(probe_rows(vocab), 0)
     was_training = model.training
     model.eval()
     try:
