@@ -140,3 +140,15 @@ def test_dogfood_served_tasks_flag_reaches_the_parity_stage_config(monkeypatch, 
     runner.invoke(cli_main.app, ["dogfood", "-o", str(tmp_path / "b"), "--quick"])
     assert seen["cfg"].served_tasks == 2  # unset: the quick default
     assert runner.invoke(cli_main.app, ["dogfood", "--served-tasks", "0"]).exit_code == 2
+
+
+def test_bitsandbytes_optional_kernel_warning_is_quieted_by_its_own_logger_name(capsys):
+    """On an AVX512-BF16 CPU bitsandbytes warns, on import, that it could not fetch a Hub kernel; the CLI quiets
+    exactly that module's logger (a renamed module would make the warning reach users again)."""
+    import logging
+
+    ops = pytest.importorskip("bitsandbytes.backends.cpu.ops")
+    with pytest.raises(SystemExit):
+        cli_main.main(["--version"])
+    assert ops.logger.name == "bitsandbytes.backends.cpu.ops"
+    assert not ops.logger.isEnabledFor(logging.WARNING) and ops.logger.isEnabledFor(logging.ERROR)

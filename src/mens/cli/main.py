@@ -76,6 +76,15 @@ def _allocator(args: list[str]) -> None:
     allocator.settle()  # in the re-executed process: children get the parent's LD_PRELOAD back
 
 
+def _quiet_optional_kernels() -> None:
+    """bitsandbytes, imported on a CPU with AVX512-BF16, warns that it could not fetch an optional kernel from the
+    Hub (`pip install kernels`) and falls back to its own; mens never fetches code from the Hub, so the warning
+    would only tell every user on such a CPU to install something mens does not want. Errors still show."""
+    import logging
+
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app, map MensError to its exit code with one clear line."""
     try:  # typer >= 0.20 vendors click; older typer uses the click package
@@ -85,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     _state["debug"] = "--debug" in args
+    _quiet_optional_kernels()
     if argv is None:  # a real process start (tests call main with arguments and stay in their process)
         _allocator(args)
     try:
