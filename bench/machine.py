@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from mens.train.run import cpu_has_native_bf16  # noqa: E402  (no torch import: it is lazy there)
+from mens.train.run import cpu_has_native_bf16  # noqa: E402  (imports torch: run benches with the venv's python)
 
 
 def machine() -> dict:
