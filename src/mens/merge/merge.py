@@ -16,7 +16,7 @@ from mens.merge.handoff import chat_template_family, ollama_modelfile, write_han
 from mens.model.chat_template import save_tokenizer
 from mens.model.inference import resolve_base
 from mens.model.load import weights_sha256
-from mens.model.lora import ADAPTER_FILES
+from mens.model.lora import ADAPTER_FILES, load_adapter
 from mens.model.quant import nf4_config
 from mens.run_records import ADAPTER_CONFIG, MANIFEST, SYSTEM_PROMPT, TrainingManifest, read_json
 
@@ -90,7 +90,6 @@ def _full_run_manifest(run: Path) -> TrainingManifest | None:
 def _merged_adapter_model(run: Path, base_dir: Path, manifest: TrainingManifest, check_sha: bool):
     """The base (dequantized NF4 for QLoRA runs) with the run's adapter folded in, in float32."""
     import torch
-    from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     want_sha = manifest.base_weights_sha256
@@ -110,4 +109,4 @@ def _merged_adapter_model(run: Path, base_dir: Path, manifest: TrainingManifest,
         # bitsandbytes repacks 4-bit weights for its CPU kernel on first use, after which dequantize is wrong.
         base = base.dequantize()
         base.to(torch.float32)
-    return PeftModel.from_pretrained(base, run).merge_and_unload()
+    return load_adapter(base, run).merge_and_unload()

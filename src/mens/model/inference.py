@@ -72,7 +72,7 @@ def load_for_inference(path: str | Path, *, device: str = "auto") -> LoadedModel
     p = Path(path)
     dev = _device(device)
     if (p / ADAPTER_CONFIG).is_file():
-        from peft import PeftModel
+        from mens.model.lora import load_adapter
 
         base_dir, manifest = resolve_base(p)
         kwargs: dict = {"dtype": torch.bfloat16 if dev == "cuda" else torch.float32}
@@ -82,7 +82,7 @@ def load_for_inference(path: str | Path, *, device: str = "auto") -> LoadedModel
         base = AutoModelForCausalLM.from_pretrained(base_dir, **kwargs)
         if "device_map" not in kwargs:
             base.to(dev)
-        model = PeftModel.from_pretrained(base, p)
+        model = load_adapter(base, p)
         tok_dir = p if (p / "tokenizer_config.json").is_file() else base_dir
         tokenizer = auto_tokenizer(tok_dir)
         return LoadedModel(model.eval(), tokenizer, manifest.system_prompt, p.name, "run")

@@ -4,6 +4,7 @@ format."""
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 from mens.errors import ModelError
@@ -15,6 +16,23 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 def has_adapter(run_dir: Path) -> bool:
     """Whether a run directory holds a PEFT adapter (LoRA/QLoRA) rather than full fine-tuned weights."""
     return all((Path(run_dir) / f).is_file() for f in ADAPTER_FILES)
+
+
+@contextmanager
+def _peft_reads_deprecated_property():
+    """peft's PeftModel reads `is_gradient_checkpointing`, which transformers 5 deprecates with a FutureWarning on
+    every wrap and every adapter load; nothing for a mens user to act on, so it is not shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
+
+
+def load_adapter(base, adapter_dir):
+    """`PeftModel.from_pretrained(base, adapter_dir)`: plain peft, as any user of the adapter loads it."""
+    from peft import PeftModel
+
+    with _peft_reads_deprecated_property():
+        return PeftModel.from_pretrained(base, adapter_dir)
 
 
 def attach_lora(model, *, r: int, alpha: float, dropout: float, strict: bool = False, top_layers: int = 0):
@@ -35,8 +53,7 @@ def attach_lora(model, *, r: int, alpha: float, dropout: float, strict: bool = F
         dropout = 0.0
     cfg = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, fan_in_fan_out=targets.conv1d, bias="none",
                           task_type="CAUSAL_LM", **targets.peft_kwargs())
-    with warnings.catch_warnings():  # peft reads a property transformers 5 has deprecated; nothing to act on
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with _peft_reads_deprecated_property():
         wrapped = peft.get_peft_model(model, cfg)
     _check_adapted(wrapped, targets)
     wrapped.mens_targets = targets
