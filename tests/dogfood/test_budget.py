@@ -45,15 +45,16 @@ def test_a_budget_too_small_for_training_is_refused_with_the_numbers():
     assert MIN_STEPS == 20
 
 
-def test_a_short_schedule_trains_with_lora_plus_at_three_quarters_of_the_recipes_rate():
-    """At most half the recipe's steps: LoRA+ ratio 16 at 0.75x the rate (measured on the cpu preset); a longer cut
-    or the full recipe: plain LoRA at the recipe's rate."""
-    short = plan_budget(1800, 120, 100, _probe())  # 182 of 742 steps
-    assert (short.lr_scale, short.lora_plus_ratio) == (0.75, 16.0)
-    assert "LoRA+ (B matrices at 16x the rate) at 0.75x the recipe's learning rate" in short.note
-    for longer in (plan_budget(1800, 120, 100, _probe(step_s=2.0)),  # 547 of 742
-                   plan_budget(1800, 120, 100, _probe(step_s=0.5))):  # the whole recipe
-        assert (longer.lr_scale, longer.lora_plus_ratio) == (1.0, 1.0) and "LoRA+" not in longer.note
+def test_a_cut_schedule_trains_with_lora_plus_at_three_quarters_of_the_recipes_rate():
+    """Fewer steps than the recipe's: LoRA+ ratio 16 at 0.75x the rate (measured on the cpu preset at 27% and
+    71-81% of the recipe); the whole recipe: plain LoRA at the recipe's rate, as it was tuned."""
+    for cut in (plan_budget(1800, 120, 100, _probe()),  # 182 of 742 steps
+                plan_budget(1800, 120, 100, _probe(step_s=2.0)),  # 547 of 742
+                plan_budget(1800, 120, 100, _probe(step_s=1.5))):  # 730 of 742
+        assert cut.steps < 742 and (cut.lr_scale, cut.lora_plus_ratio) == (0.75, 16.0), cut.steps
+        assert "LoRA+ (B matrices at 16x the rate) at 0.75x the recipe's learning rate" in cut.note
+    whole = plan_budget(1800, 120, 100, _probe(step_s=0.5))
+    assert whole.steps == 742 and (whole.lr_scale, whole.lora_plus_ratio) == (1.0, 1.0) and "LoRA+" not in whole.note
 
 
 def test_the_launch_time_counts_only_when_it_is_this_commands():
