@@ -22,6 +22,8 @@ from pathlib import Path
 
 from machine import REPO, machine
 
+from mens.run_records import DOGFOOD_SUMMARY, MODEL_CARD, REPORT, DogfoodSummary  # noqa: E402 (after machine's path)
+
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--hide-scrollbars")
@@ -37,14 +39,12 @@ pre{background:#f6f8fa;padding:8px;overflow:auto}code{font-size:13px}img{max-wid
 """
 
 
-def runs_of(path: Path) -> tuple[Path, Path | None]:
-    """(run dir, merged dir or None) for a dogfood output dir or a run dir."""
-    summary = path / "dogfood_summary.json"
-    if summary.is_file():
-        data = json.loads(summary.read_text(encoding="utf-8"))
-        merged = data.get("merged")
-        return Path(data["run"]), (Path(merged) if merged else None)
-    return path, None
+def runs_of(path: Path) -> tuple[Path, Path | None, DogfoodSummary | None]:
+    """(run dir, merged dir or None, the dogfood summary or None) for a dogfood output dir or a run dir."""
+    if not (path / DOGFOOD_SUMMARY).is_file():
+        return path, None, None
+    summary = DogfoodSummary.read(path / DOGFOOD_SUMMARY)
+    return Path(summary.run), (Path(summary.merged) if summary.merged else None), summary
 
 
 def card_page(readme: Path, out: Path) -> Path:
@@ -88,20 +88,19 @@ def main() -> None:
     ap.add_argument("dir", type=Path, help="A `mens dogfood -o` directory or a run directory.")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "render")
     args = ap.parse_args()
-    run, merged = runs_of(args.dir.resolve())
+    run, merged, summary = runs_of(args.dir.resolve())
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        made = [screenshot(run / "report.html", args.out / "report.png"),
-                screenshot(card_page(run / "README.md", Path(tmp) / "card.html"), args.out / "card.png")]
-        if merged is not None and (merged / "README.md").is_file():
-            made.append(screenshot(card_page(merged / "README.md", Path(tmp) / "merged-card.html"),
+        made = [screenshot(run / REPORT, args.out / "report.png"),
+                screenshot(card_page(run / MODEL_CARD, Path(tmp) / "card.html"), args.out / "card.png")]
+        if merged is not None and (merged / MODEL_CARD).is_file():
+            made.append(screenshot(card_page(merged / MODEL_CARD, Path(tmp) / "merged-card.html"),
                                    args.out / "merged-card.png"))
     record = {"bench": "render_report", **machine(), "source": str(args.dir), "pages": [p.name for p in made],
               "commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                                        text=True).stdout.strip()}
-    summary = args.dir / "dogfood_summary.json"
-    if summary.is_file():
-        record["dogfood_tuned"] = json.loads(summary.read_text(encoding="utf-8")).get("tuned")
+    if summary is not None:
+        record["dogfood_tuned"] = summary.tuned
     (args.out / "render.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     for png in made:
         print(png)

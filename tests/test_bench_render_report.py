@@ -22,6 +22,8 @@ def test_card_page_shows_metadata_tables_and_resolves_plots(tmp_path):
 
 
 def test_runs_of_a_dogfood_dir_and_of_a_run_dir(tmp_path):
-    (tmp_path / "dogfood_summary.json").write_text(json.dumps({"run": "/x/run", "merged": "/x/merged"}))
-    assert render_report.runs_of(tmp_path) == (Path("/x/run"), Path("/x/merged"))
-    assert render_report.runs_of(tmp_path / "run") == (tmp_path / "run", None)
+    (tmp_path / "dogfood_summary.json").write_text(json.dumps({"schema": "vox_mens_dogfood_summary_v1", "run": "/x/run",
+                                                               "merged": "/x/merged"}))
+    run, merged, summary = render_report.runs_of(tmp_path)
+    assert (run, merged, summary.run) == (Path("/x/run"), Path("/x/merged"), "/x/run")
+    assert render_report.runs_of(tmp_path / "run") == (tmp_path / "run", None, None)

@@ -172,14 +172,13 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
             f"{elapsed_s / 60:.1f} min of data stages and {reserve / 60:.1f} min reserved for evaluation: "
             f"{max(0, fit)} steps at {how}, fewer than {MIN_STEPS}; give a longer --budget (or --budget none)")
     short = steps < probe.recipe_steps
-    if steps == probe.recipe_steps:
-        note = f"the recipe's {steps} steps fit the budget ({how})"
-    else:
-        note = (f"{steps} of the recipe's {probe.recipe_steps} steps fit {train_s / 60:.1f} min of training "
-                f"({how}; {elapsed_s / 60:.1f} min spent before training, {reserve / 60:.1f} min reserved after)")
     if short:
-        note += (f"; a schedule cut short trains with LoRA+ (B matrices at {SHORT_SCHEDULE_LORA_PLUS:g}x the rate) "
-                 f"at {SHORT_SCHEDULE_LR_SCALE:g}x the recipe's learning rate")
+        note = (f"{steps} of the recipe's {probe.recipe_steps} steps fit {train_s / 60:.1f} min of training "
+                f"({how}; {elapsed_s / 60:.1f} min spent before training, {reserve / 60:.1f} min reserved after); "
+                f"a schedule cut short trains with LoRA+ (B matrices at {SHORT_SCHEDULE_LORA_PLUS:g}x the rate) "
+                f"at {SHORT_SCHEDULE_LR_SCALE:g}x the recipe's learning rate")
+    else:
+        note = f"the recipe's {steps} steps fit the budget ({how})"
     return BudgetPlan(budget_s=budget_s, elapsed_s=round(elapsed_s, 1), reserve_s=round(reserve, 1),
                       train_s=round(train_s, 1), steps=steps, recipe_steps=probe.recipe_steps,
                       eval_every=max(1, math.ceil(steps / VAL_PASSES)),  # = steps: the end-of-run pass
