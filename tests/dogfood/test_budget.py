@@ -45,16 +45,13 @@ def test_a_budget_too_small_for_training_is_refused_with_the_numbers():
     assert MIN_STEPS == 20
 
 
-def test_a_cut_schedule_trains_with_lora_plus_at_three_quarters_of_the_recipes_rate():
-    """Fewer steps than the recipe's: LoRA+ ratio 16 at 0.75x the rate (measured on the cpu preset at 27% and
-    71-81% of the recipe); the whole recipe: plain LoRA at the recipe's rate, as it was tuned."""
-    for cut in (plan_budget(1800, 120, 100, _probe()),  # 182 of 742 steps
-                plan_budget(1800, 120, 100, _probe(step_s=2.0)),  # 547 of 742
-                plan_budget(1800, 120, 100, _probe(step_s=1.5))):  # 730 of 742
-        assert cut.steps < 742 and (cut.lr_scale, cut.lora_plus_ratio) == (0.75, 16.0), cut.steps
-        assert "LoRA+ (B matrices at 16x the rate) at 0.75x the recipe's learning rate" in cut.note
-    whole = plan_budget(1800, 120, 100, _probe(step_s=0.5))
-    assert whole.steps == 742 and (whole.lr_scale, whole.lora_plus_ratio) == (1.0, 1.0) and "LoRA+" not in whole.note
+def test_the_plan_sets_the_length_only():
+    """A cut schedule trains the preset's recipe as it is (the cpu preset's LoRA+ was measured cut and whole):
+    the plan carries steps and limits, no learning-rate or optimizer changes."""
+    cut, whole = plan_budget(1800, 120, 100, _probe()), plan_budget(1800, 120, 100, _probe(step_s=0.5))
+    assert cut.steps == 182 and whole.steps == 742
+    for plan in (cut, whole):
+        assert not {"lr_scale", "lora_plus_ratio"} & set(vars(plan)) and "LoRA" not in plan.note
 
 
 def test_the_launch_time_counts_only_when_it_is_this_commands():

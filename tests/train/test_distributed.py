@@ -236,7 +236,7 @@ def test_torchrun_two_processes_match_single(data_dir, tmp_path, tiny_model_dir)
            "--backend", "lora", "--device", "cpu", "--max-steps", "4", "--batch-size", "2", "--grad-accum", "1",
            "--save-every", "2", "--eval-every", "2", "--lora-dropout", "0", "--lr", "1e-2", "--seq-len", "96",
            "--rank", "4", "--alpha", "8", "--val-fraction", "0.1", "--min-examples", "10", "--threads", "1",
-           "--system-prompt", "You write Vox.", "--preset", "cpu", "--autocast", "off"]
+           "--system-prompt", "You write Vox.", "--preset", "cpu", "--autocast", "off", "--lora-plus-ratio", "1"]
     done = subprocess.run(cmd, env=dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo"),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -98,7 +98,8 @@ def _torchrun(data_dir, out, model_dir, backend: str, *extra, steps=4, batch_siz
            "--grad-accum", str(grad_accum), "--save-every", str(save_every), "--eval-every", str(eval_every),
            "--lora-dropout", "0", "--lr", "1e-2", "--seq-len", "96", "--rank", "4", "--alpha", "8",
            "--val-fraction", str(val_fraction), "--min-examples", "10", "--threads", "1",
-           "--system-prompt", "You write Vox.", "--preset", "cpu", "--autocast", "off", "--fsdp", "on", *extra]
+           "--system-prompt", "You write Vox.", "--preset", "cpu", "--autocast", "off", "--lora-plus-ratio", "1",
+           "--fsdp", "on", *extra]
     done = subprocess.run(cmd, env=dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1"), capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]

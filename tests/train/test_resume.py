@@ -28,7 +28,8 @@ def _cli(data_dir, out, model_dir, *extra):
             "--batch-size", "2", "--grad-accum", "2", "--save-every", "5", "--eval-every", "4",
             "--lora-dropout", "0.1", "--neftune-alpha", "5", "--lr", "1e-2", "--seq-len", "96", "--rank", "4",
             "--alpha", "8", "--val-fraction", "0.1", "--min-examples", "10", "--threads", "1", "--seed", "42",
-            "--system-prompt", "You write Vox.", "--preset", "cpu", "--autocast", "off", *extra]
+            "--system-prompt", "You write Vox.", "--preset", "cpu", "--autocast", "off", "--lora-plus-ratio", "1",
+            *extra]
 
 
 def test_sigkill_then_resume_matches_uninterrupted(data_dir, tmp_path, tiny_model_dir):

@@ -12,6 +12,8 @@ it (measured) and after it (estimated from the base model's own evaluation time)
 
 The recipe's own step count is the ceiling (a fast machine does not train longer than the recipe asks). The plan
 and every number behind it go into `budget.json` and the stage note, so the user sees what was chosen and why.
+Only the length changes: a cut schedule trains the preset's recipe as it is (the cpu preset's LoRA+ was measured
+at 27%, 71-81% and 100% of its steps; docs/benchmarks.md, "A 30-minute budget").
 """
 
 from __future__ import annotations
@@ -39,23 +41,6 @@ POST_TRAIN_FIXED_S = 30.0
 SAFETY = 0.92
 """Share of the computed training time that is planned: step times drift (thermal, memory, other processes)."""
 MIN_STEPS = 20
-# A budget that cuts the recipe's steps makes a short schedule, trained with LoRA+ ...
-SHORT_SCHEDULE_LORA_PLUS = 16.0
-"""... the adapters' B matrices at this many times the rate (`optimizer.lora_plus_ratio`) ..."""
-SHORT_SCHEDULE_LR_SCALE = 0.75
-"""... and the recipe's peak learning rate times this (the cpu preset's 8e-4 -> 6e-4 for A, 9.6e-3 for B), unless
-the user set a rate or a ratio; GPU presets are not measured for it. The cpu recipe is tuned for its 742 steps; cut
-to 203 (a 30-minute budget on 2 AMD EPYC cores) plain LoRA at the recipe's rate leaves the model short of where
-faster adapters get. Three times the rate was the first fix (bench/results/recipe_seeds-budget-vm.json: over 1x,
-parse +9/+1, pass +3/+1 tasks on two seeds). LoRA+ beat that on three seeds, paired, on both splits (60 tasks each):
-held-out pass +4, +1, 0 and parse -2, -6, +1 (recipe_seeds-loraplus-vm.json); confirmation split pass +5, -2, +10
-and parse -2, +2, 0 (confirm-loraplus-vm.json); constrained pass +6, +4, +2 and +4, -3, +7 (the constraint repairs
-the syntax, the gain is in doing what was asked). A 32-step pilot picked ratio 16 at 6e-4; ratio 16 at 3x the rate
-diverged (lora_plus-pilot-vm.json). On a CPU with native bf16 (2 AMD EPYC cores, AVX512-BF16) a 30-minute budget
-fits 527-604 of the 742 steps, and there too LoRA+ beat plain LoRA at the same steps on two seeds, paired, on both
-splits: held-out greedy parse +3, 0 and pass +5, +4; confirmation split greedy parse +2, +1 and pass +2, +4,
-constrained pass +2, +4 (recipe_seeds-loraplus-bf16-vm.json). So every cut schedule trains with it; the whole recipe
-(`--budget none`, or a budget it fits) stays plain LoRA, as it was tuned and measured."""
 VAL_PASSES = 1
 """Validation-loss passes in a budgeted run: one, at the end. Each costs a pass over the val rows (44 s, or 9 steps,
 on 2 AMD EPYC cores) and dogfood decides nothing on a mid-run value, so that time goes to training instead."""
@@ -116,10 +101,6 @@ class BudgetPlan:
     steps: int
     recipe_steps: int
     eval_every: int
-    lr_scale: float
-    """Multiple of the recipe's peak learning rate for this length (SHORT_SCHEDULE_LR_SCALE or 1)."""
-    lora_plus_ratio: float
-    """`optimizer.lora_plus_ratio` for this length (SHORT_SCHEDULE_LORA_PLUS or 1 = plain LoRA)."""
     max_time_s: float
     """The training loop's hard time limit: what `train_s` leaves after start-up and the final validation pass.
     The planned steps end well before it (SAFETY); it stops a run whose machine slows down mid-way (another job
@@ -171,19 +152,14 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
             f"--budget {budget_s / 60:.0f}m leaves {max(0.0, train_s) / 60:.1f} min for training after "
             f"{elapsed_s / 60:.1f} min of data stages and {reserve / 60:.1f} min reserved for evaluation: "
             f"{max(0, fit)} steps at {how}, fewer than {MIN_STEPS}; give a longer --budget (or --budget none)")
-    short = steps < probe.recipe_steps
-    if short:
+    if steps < probe.recipe_steps:
         note = (f"{steps} of the recipe's {probe.recipe_steps} steps fit {train_s / 60:.1f} min of training "
-                f"({how}; {elapsed_s / 60:.1f} min spent before training, {reserve / 60:.1f} min reserved after); "
-                f"a schedule cut short trains with LoRA+ (B matrices at {SHORT_SCHEDULE_LORA_PLUS:g}x the rate) "
-                f"at {SHORT_SCHEDULE_LR_SCALE:g}x the recipe's learning rate")
+                f"({how}; {elapsed_s / 60:.1f} min spent before training, {reserve / 60:.1f} min reserved after)")
     else:
         note = f"the recipe's {steps} steps fit the budget ({how})"
     return BudgetPlan(budget_s=budget_s, elapsed_s=round(elapsed_s, 1), reserve_s=round(reserve, 1),
                       train_s=round(train_s, 1), steps=steps, recipe_steps=probe.recipe_steps,
                       eval_every=max(1, math.ceil(steps / VAL_PASSES)),  # = steps: the end-of-run pass
-                      lr_scale=SHORT_SCHEDULE_LR_SCALE if short else 1.0,
-                      lora_plus_ratio=SHORT_SCHEDULE_LORA_PLUS if short else 1.0,
                       max_time_s=round(max(probe.step_s * MIN_STEPS, train_s - probe.startup_s - probe.val_s), 1),
                       probe=probe, cpu=cpu,
                       native_bf16=native_bf16, note=note)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from mens.dogfood.pipeline import Context, has_setting
+from mens.dogfood.pipeline import Context
 from mens.errors import GateFailed
 from mens.run_records import (
     BENCHMARK,
@@ -199,7 +199,7 @@ def train(ctx: Context, **round_kw) -> str:
         plan = _budget_plan(ctx, tc, budget_s)
         tc.max_steps, tc.eval_every = plan["steps"], plan["eval_every"]
         tc.max_time_s = plan.get("max_time_s") or 0.0  # the budget holds on a machine that slows down mid-run
-        note = plan["note"] + _short_schedule(ctx, tc, plan)
+        note = plan["note"]
         budget_note = f"; budget {ctx.cfg.budget}: {note}"
         ctx.log(f"    budget {ctx.cfg.budget}: {note}")
     ctx.log(f"    preset {tc.preset}, backend {tc.backend}, device {tc.device}, "
@@ -210,28 +210,6 @@ def train(ctx: Context, **round_kw) -> str:
     return (f"{s['steps']} steps, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}, "
             f"val loss {s['val_loss'] if s['val_loss'] is None else round(s['val_loss'], 3)}, "
             f"{s['tokens_per_s']} tokens/s{budget_note}")
-
-
-def _short_schedule(ctx: Context, tc, plan: dict) -> str:
-    """Apply the plan's short-schedule recipe (rate scale and LoRA+ ratio) to `tc`; returns what the note adds.
-
-    It was measured on the cpu preset with LoRA, as a whole: a rate or ratio the user chose is theirs, and then none
-    of it applies (LoRA+ at a higher rate diverged; bench/results/lora_plus-pilot-vm.json).
-    """
-    scale, ratio = plan.get("lr_scale") or 1.0, plan.get("lora_plus_ratio") or 1.0
-    if scale == 1.0 and ratio == 1.0:
-        return ""
-    if tc.preset != "cpu":
-        return f" (not applied: measured on the cpu preset only, and this run's preset is {tc.preset})"
-    if tc.backend == "full":
-        return " (not applied: measured on LoRA, and this run fine-tunes every weight)"
-    if has_setting(ctx.cfg.train, "optimizer.learning_rate"):
-        return f" (not applied: the learning rate given, {tc.learning_rate:g}, is kept)"
-    if has_setting(ctx.cfg.train, "optimizer.lora_plus_ratio"):
-        return f" (not applied: the lora_plus_ratio given, {tc.lora_plus_ratio:g}, is kept)"
-    tc.learning_rate *= scale
-    tc.lora_plus_ratio = ratio
-    return ""
 
 
 def _budget_plan(ctx: Context, tc, budget_s: float) -> dict:
