@@ -25,8 +25,11 @@ from mens.train.loop import lockstep_passes
 WEIGHTS = {"lora": "adapter_model.safetensors", "qlora": "adapter_model.safetensors", "full": "model.safetensors"}
 # Max abs weight difference from one process after 4 steps at lr 1e-2. LoRA: as the replicated (DDP) test.
 # Full: Adam's first steps divide ~1e-7 gradient differences (another summation order) by sqrt(v) of tiny
-# gradients; the replicated run (--fsdp off) measures 7.3e-6 on this same comparison, FSDP 7.5e-6.
-TOL = {"lora": 1e-5, "qlora": 1e-5, "full": 2e-5}
+# gradients; the replicated run (--fsdp off) measures 7.3e-6 on this same comparison, FSDP 7.5e-6 (AVX2 EPYC), and
+# FSDP 3.5e-5 on an AVX-512 Zen 5 (wider vectors, another order again), while its Adam moments agree to 1.4e-7. A
+# sharding fault (a shard missed or reduced twice) moves weights by the order of the rate (1e-3) and moments by the
+# order of the gradients, so 1e-4 still fails on it.
+TOL = {"lora": 1e-5, "qlora": 1e-5, "full": 1e-4}
 
 
 def test_decide_modes():
@@ -170,7 +173,7 @@ def test_fsdp_two_processes_match_single_and_resume(backend, data_dir, tmp_path,
                               out / "checkpoints/step-2/optimizer.safetensors")
     print(f"{backend}: fsdp x2 vs single: final {final:.2e}, step-2 weights {ckpt:.2e}, step-2 Adam moments "
           f"{moments:.2e}")
-    assert final < TOL[backend] and ckpt < TOL[backend] and moments < TOL[backend]
+    assert final < TOL[backend] and ckpt < TOL[backend] and moments < 1e-5  # moments: 1.4e-7 at most measured
 
     # Resume from checkpoints/step-2 (the newest: the last step is never checkpointed) and redo steps 3-4.
     uninterrupted = load_file(str(out / WEIGHTS[backend]))
