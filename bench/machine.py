@@ -29,7 +29,15 @@ def machine() -> dict:
         pass
     return {"host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
             "avx512": "avx512f" in flags.split(), "native_bf16": cpu_has_native_bf16(),
-            "python": platform.python_version(), "implementation": platform.python_implementation()}
+            "python": platform.python_version(), "implementation": platform.python_implementation(),
+            **isa_caps()}
+
+
+def isa_caps() -> dict:
+    """Instruction-set caps set for this run (a bf16 CPU made to take the AVX2 f32 path; docs/dogfood.md), if any:
+    such a record measures a capped CPU, not the one its flags name."""
+    return {name.lower(): os.environ[name] for name in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+            if os.environ.get(name)}
 
 
 def gpu() -> dict | None:

@@ -24,6 +24,24 @@ def test_autocast_setting_resolves_per_device(monkeypatch):
     assert autocast_dtype("bf16", "cpu", "lora") is None  # emulated bf16 would be slower than f32
 
 
+def test_a_onednn_isa_cap_below_bf16_means_no_native_bf16(monkeypatch, tmp_path):
+    """ONEDNN_MAX_CPU_ISA below the bf16 instructions makes oneDNN emulate bf16, so the cpu preset trains in f32
+    (how a bf16 CPU takes an AVX2-only CPU's path); a cap that keeps them changes nothing."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    real_path = run_mod.Path
+    monkeypatch.setattr(run_mod, "Path", lambda p: real_path(cpuinfo) if p == "/proc/cpuinfo" else real_path(p))
+    assert run_mod.cpu_has_native_bf16({})
+    assert run_mod.cpu_has_native_bf16({"ONEDNN_MAX_CPU_ISA": "avx512_core_bf16"})
+    assert run_mod.cpu_has_native_bf16({"ONEDNN_MAX_CPU_ISA": "DEFAULT"})
+    for cap in ("AVX2", "avx512_core", "AVX512_CORE_VNNI", "SSE41"):
+        assert not run_mod.cpu_has_native_bf16({"ONEDNN_MAX_CPU_ISA": cap}), cap
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert not run_mod.cpu_has_native_bf16()  # the process's own environment by default
+    cpuinfo.write_text("flags\t\t: fpu avx2\n")
+    assert not run_mod.cpu_has_native_bf16({})
+
+
 @pytest.mark.parametrize("backend", ["qlora", "lora", "full"])
 def test_auto_is_bf16_for_every_backend_on_a_bf16_gpu(monkeypatch, backend):
     """On a bf16 GPU the adapter path trains in bf16 too (peft would otherwise run it, and save its inputs, in f32);

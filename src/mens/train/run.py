@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -88,8 +89,23 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def cpu_has_native_bf16() -> bool:
-    """AVX512-BF16 or AMX-BF16 in /proc/cpuinfo (Linux). Elsewhere False: oneDNN then emulates bf16, slower than f32."""
+ONEDNN_ISA_ENV = "ONEDNN_MAX_CPU_ISA"
+ONEDNN_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
+                    "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2", "DEFAULT", "ALL")
+"""oneDNN's ISA caps (ONEDNN_MAX_CPU_ISA) that keep its bf16 dot-product instructions; a lower cap (AVX2, AVX512_CORE,
+...) makes oneDNN emulate bf16 even on a CPU that has it."""
+
+
+def cpu_has_native_bf16(environ: dict | None = None) -> bool:
+    """AVX512-BF16 or AMX-BF16 in /proc/cpuinfo (Linux), unless ONEDNN_MAX_CPU_ISA caps oneDNN, which runs CPU bf16
+    matmuls, below them. Elsewhere False: oneDNN then emulates bf16, slower than f32.
+
+    The cap is also how a bf16 CPU runs the f32 path an AVX2-only CPU takes (with ATEN_CPU_CAPABILITY=avx2 for
+    torch's own kernels): `ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 scripts/mens dogfood` (docs/dogfood.md).
+    """
+    cap = (os.environ if environ is None else environ).get(ONEDNN_ISA_ENV, "").strip().upper()
+    if cap and cap not in ONEDNN_BF16_ISAS:
+        return False
     try:
         flags = Path("/proc/cpuinfo").read_text().split()
     except OSError:
