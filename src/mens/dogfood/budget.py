@@ -37,8 +37,7 @@ AMD EPYC (bench/results/dogfood-budget30-{vm,fused,mimalloc,segments,loraplus-a1
 native bf16 (dogfood-budget30-bf16-*-vm.json) and 2.3 times on a bf16 CPU capped to AVX2 (dogfood-budget30-avx2cap-
 seed0-vm.json). The most ever measured, 3.55, was a LoRA+ model before mimalloc (dogfood-budget30-loraplus-vm.json),
 whose failures take longer to retry and constrain; 3.5 covers it together with what SAFETY leaves of the planned
-training time (5-8% of it on the AVX2 machine, more with native bf16). The factor was 4 before, which left 2.5-5
-minutes of every budget unused."""
+training time (5-8% of it on the AVX2 machine, more with native bf16)."""
 POST_TRAIN_FIXED_S = 30.0
 """Merge, model card and report, whatever the task count."""
 SAFETY = 0.92
