@@ -78,8 +78,8 @@ def profile_steps(data: Path, steps: int, first_profiled: int, autocast: str, lo
         summary = run_training(tc)
     finally:
         loop.accumulate_gradients = accumulate
-        wall = time.perf_counter() - passes["t0"]
-        prof.stop()
+    wall = time.perf_counter() - passes["t0"]
+    prof.stop()
     events = [json.loads(ln) for ln in (out / "telemetry.jsonl").read_text().splitlines()]
     profiled = [e for e in events if e.get("event") == "step"][first_profiled - 1:]
     tokens = sum(e["tokens"] for e in profiled) / len(profiled)

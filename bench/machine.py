@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from mens.train.run import cpu_has_native_bf16  # noqa: E402  (imports torch: run benches with the venv's python)
+from mens.train.run import ONEDNN_ISA_ENV, cpu_has_native_bf16  # noqa: E402  (imports torch: run benches with the venv's python)
 
 
 def machine() -> dict:
@@ -36,7 +36,7 @@ def machine() -> dict:
 def isa_caps() -> dict:
     """Instruction-set caps set for this run (a bf16 CPU made to take the AVX2 f32 path; docs/dogfood.md), if any:
     such a record measures a capped CPU, not the one its flags name."""
-    return {name.lower(): os.environ[name] for name in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+    return {name.lower(): os.environ[name] for name in (ONEDNN_ISA_ENV, "ATEN_CPU_CAPABILITY")
             if os.environ.get(name)}
 
 
