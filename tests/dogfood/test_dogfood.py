@@ -210,7 +210,7 @@ def test_a_budgeted_schedule_trains_the_presets_recipe_for_the_planned_steps(tmp
     from mens.dogfood.pipeline import Pipeline
     from mens.train.presets import load_preset
 
-    monkeypatch.setattr(stages, "_budget_plan", lambda *_: {"steps": 2, "eval_every": 2, "max_time_s": 0.0,
+    monkeypatch.setattr(stages, "_budget_plan", lambda *_: {"steps": 2, "max_time_s": 0.0,
                                                              "note": "2 of 9 steps fit"})
     cpu = load_preset("cpu")
     assert cpu["lora_plus_ratio"] == 16.0 and cpu["learning_rate"] == pytest.approx(6e-4)

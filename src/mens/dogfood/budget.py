@@ -12,6 +12,9 @@ it (measured) and after it (estimated from the base model's own evaluation time)
 
 The recipe's own step count is the ceiling (a fast machine does not train longer than the recipe asks). The plan
 and every number behind it go into `budget.json` and the stage note, so the user sees what was chosen and why.
+Three probe steps misjudge the run's mean step time by up to a fifth on a shared machine, so the plan is only the
+start: the training run re-fits its step count to its time limit from its own mean step time at 20, 40, 60, 80 and
+90% of the way (`schedule.fit_to_time`, mens.train.schedule), with a learning-rate curve that stays continuous.
 Only the length changes: a cut schedule trains the preset's recipe as it is (the cpu preset's LoRA+ was measured
 at 27%, 71-81% and 100% of its steps; docs/benchmarks.md, "A 30-minute budget").
 """
@@ -36,12 +39,14 @@ eval (three modes) plus merge, parity and card took 2.3-3.0 times the base eval 
 AMD EPYC (bench/results/dogfood-budget30-{vm,fused,mimalloc,segments,loraplus-a146222}-vm.json), 1.6-2.0 times with
 native bf16 (dogfood-budget30-bf16-*-vm.json) and 2.3 times on a bf16 CPU capped to AVX2 (dogfood-budget30-avx2cap-
 seed0-vm.json). The most ever measured, 3.55, was a LoRA+ model before mimalloc (dogfood-budget30-loraplus-vm.json),
-whose failures take longer to retry and constrain; 3.5 covers it together with what SAFETY leaves of the planned
-training time (5-8% of it on the AVX2 machine, more with native bf16)."""
+whose failures take longer to retry and constrain; 3.5 covers it together with the margin the run's re-fitted
+length leaves below its time limit (mens.train.schedule.REFIT_TARGET: 3% of the training time)."""
 POST_TRAIN_FIXED_S = 30.0
 """Merge, model card and report, whatever the task count."""
 SAFETY = 0.92
-"""Share of the computed training time that is planned: step times drift (thermal, memory, other processes)."""
+"""Share of the computed training time that the probe's plan fills: step times drift (thermal, memory, other
+processes). The plan is where the run starts; it re-fits its length to the time limit as it goes (at 20% of the
+planned steps first), so this only keeps the first stretch of the schedule from planning too long."""
 MIN_STEPS = 20
 VAL_PASSES = 1
 """Validation-loss passes in a budgeted run: one, at the end. Each costs a pass over the val rows (44 s, or 9 steps,
@@ -101,8 +106,8 @@ class BudgetPlan:
     train_s: float
     """What is left for the training run itself."""
     steps: int
+    """The steps planned from the probe; the run re-fits them to max_time_s as it goes (schedule.fit_to_time)."""
     recipe_steps: int
-    eval_every: int
     max_time_s: float
     """The training loop's hard time limit: what `train_s` leaves after start-up and the final validation pass.
     The planned steps end well before it (SAFETY); it stops a run whose machine slows down mid-way (another job
@@ -161,7 +166,6 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
         note = f"the recipe's {steps} steps fit the budget ({how})"
     return BudgetPlan(budget_s=budget_s, elapsed_s=round(elapsed_s, 1), reserve_s=round(reserve, 1),
                       train_s=round(train_s, 1), steps=steps, recipe_steps=probe.recipe_steps,
-                      eval_every=max(1, math.ceil(steps / VAL_PASSES)),  # = steps: the end-of-run pass
                       max_time_s=round(max(probe.step_s * MIN_STEPS, train_s - probe.startup_s - probe.val_s), 1),
                       probe=probe, cpu=cpu,
                       native_bf16=native_bf16, note=note)

@@ -202,6 +202,16 @@ class Loaded:
     rng: list[dict]
 
 
+def refits_problem(refits) -> str | None:
+    """What is wrong with a time-fitted run's recorded re-fits (mens.train.schedule): [step, total] pairs of
+    whole numbers, in step order; None when nothing is."""
+    pairs = isinstance(refits, list) and all(
+        isinstance(r, list) and len(r) == 2 and all(type(v) is int and v >= 0 for v in r) for r in refits)
+    if pairs and [r[0] for r in refits] == sorted(r[0] for r in refits):
+        return None
+    return f"records refits {str(refits)[:60]}, expected [step, total] pairs of whole numbers in step order"
+
+
 def read_checkpoint(ckpt: Path, *, model, backend: str, optimizer, scheduler) -> Loaded:
     """Verify checksums, then read and check every file against this run's model, optimizer and scheduler."""
     verify_files(ckpt)
@@ -210,6 +220,8 @@ def read_checkpoint(ckpt: Path, *, model, backend: str, optimizer, scheduler) ->
         raise StateInvalid(f"{STATE} records step {state.get('step')!r}")
     if not finite_number(state.get("last_loss")):
         raise StateInvalid(f"{STATE} records a loss of {state.get('last_loss')!r}")
+    if problem := refits_problem(state.get("refits", [])):
+        raise StateInvalid(f"{STATE} {problem}")
     weights = _read_weights(ckpt, model, backend)
     return Loaded(ckpt, state, weights, read_optimizer(ckpt / OPTIMIZER, optimizer),
                   read_scheduler(ckpt / SCHEDULER, scheduler), read_rng(ckpt / RNG))

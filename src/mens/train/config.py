@@ -24,8 +24,9 @@ from mens.train.fsdp import quantized_sharding_problem
 DEVICE_ALIASES = {"best": "auto", "default": "auto", "vulkan": "auto", "dx12": "auto", "d3d12": "auto",
                   "gpu": "cuda", "nvidia": "cuda", "metal": "mps"}
 """The original's `--device` spellings (reference §1.2): its Best is mens' auto (CUDA, then MPS, then CPU)."""
-RESUMABLE = ("output_dir", "data", "resume", "preset", "max_steps", "epochs", "max_time_s", "save_every",
-             "keep_checkpoints", "eval_every", "log_every_s", "num_threads", "fsdp", "host_memory", "micro_batch")
+RESUMABLE = ("output_dir", "data", "resume", "preset", "max_steps", "epochs", "max_time_s", "fit_to_time",
+             "save_every", "keep_checkpoints", "eval_every", "log_every_s", "num_threads", "fsdp", "host_memory",
+             "micro_batch")
 """Flat keys that may differ when a run is resumed: where it and its data live (the data is compared by content),
 which preset's name it carries (its values are compared key by key), how long it runs, how often it saves and
 evaluates, how the work is split. Every other key must match the run's saved config.yaml."""
@@ -137,6 +138,13 @@ class ScheduleConfig(Section):
     """Stop once the training loop has run this many seconds (0 = no limit): the last step's adapter is saved and
     validated as at the planned end, and the run summary says it stopped early. The learning-rate schedule stays
     planned for the full step count, so a cut run is not the run it would have been, nor bit-reproducible."""
+    fit_to_time: bool = False
+    """With max_time_s: re-measure the step time at 20, 40, 60, 80 and 90% of the planned steps and re-fit the
+    step count to end at 97% of max_time_s (never more steps than `epochs` give, or than max_steps when that is
+    longer). The learning-rate cosine keeps the progress it reached and spreads the rest over the new count, so it
+    ends at 0 when the time is up instead of being cut or ending early. The step count then depends on the
+    machine's speed; telemetry (`refit` events) and checkpoints record each re-fit, and a resumed run continues the
+    same curve. `mens dogfood --budget` turns it on."""
     batch_size: int = setting(4, gt=0)
     """Rows per micro-batch (per process)."""
     grad_accum: int = setting(4, gt=0)

@@ -24,6 +24,7 @@ from mens.train.data import BatchPlan
 from mens.train.micro_batch import step_passes
 from mens.train.packing import Row, batch_loss_sum, row_supervised, row_tokens
 from mens.train.progress import ProgressView
+from mens.train.schedule import REFIT_AT, refit_total
 from mens.train.telemetry import Telemetry
 
 _PAUSE_AFTER_STEP = int(os.environ.get("MENS_TRAIN_PAUSE_AFTER_STEP", "0"))
@@ -129,20 +130,60 @@ def _checkpoint(run_dir: Path, st: LoopState, *, model, optimizer, scheduler, cf
         distributed.barrier(d)
 
 
+def _refit(st: LoopState, *, total: int, ceiling: int, next_at: int, t_start: float, t_first: float | None,
+           first_step: int, cfg, d, warmup: int, refits: list, ckpt_state: dict, telemetry: Telemetry,
+           view: ProgressView) -> tuple[int, int]:
+    """At the next of REFIT_AT's shares of the planned steps, re-fit the step count to the time limit
+    (schedule.fit_to_time). Returns (total, index of the next share). Rank 0's clock decides for every rank."""
+    if next_at >= len(REFIT_AT) or st.step < REFIT_AT[next_at] * total:
+        return total, next_at
+    next_at += 1
+    # The step time after this process's first step (allocation, first-call kernels), checkpoints included.
+    if st.step > max(warmup, first_step + 1) and t_first is not None and st.step < total:
+        now = time.time()
+        step_s = (now - t_first) / (st.step - first_step - 1)
+        new = refit_total(step=st.step, elapsed_s=now - t_start, step_s=step_s, max_time_s=cfg.max_time_s,
+                          ceiling=ceiling)
+        new = int(distributed.all_sum(d, [float(new if d.main else 0)])[0])
+        if new != total:
+            if not refits:  # the curve as planned, so that the list alone describes it (resume, replay)
+                refits.append((warmup, total))
+            refits.append((st.step, new))
+            ckpt_state.update(total_steps=new, refits=[list(r) for r in refits])
+            telemetry.emit("refit", step=st.step, from_total=total, to_total=new, step_s=round(step_s, 3),
+                           elapsed_s=round(now - t_start, 2), max_time_s=cfg.max_time_s)
+            view.note(f"step {st.step}: {step_s:.2f} s a step, so {new} steps fit the time limit (were {total})")
+            total = new
+    # One re-fit a share and a step: the shares this step has reached, of the count now planned, are done.
+    while next_at < len(REFIT_AT) and st.step >= REFIT_AT[next_at] * total:
+        next_at += 1
+    return total, next_at
+
+
 def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], val_rows: list[Row],
                plan: BatchPlan, cfg, run_dir: Path, d, device: str, autocast, pad_id: int,
-               start_step: int, telemetry: Telemetry, ckpt_state: dict, micro_rows: int | None = None) -> LoopState:
+               start_step: int, telemetry: Telemetry, ckpt_state: dict, micro_rows: int | None = None,
+               refits: list | None = None, warmup: int = 0) -> LoopState:
     """Run optimizer steps start_step..plan.total_steps; the data cursor is the step number itself. `micro_rows`:
-    rows per forward/backward pass (default cfg.batch_size; larger when mens.train.micro_batch merged passes)."""
+    rows per forward/backward pass (default cfg.batch_size; larger when mens.train.micro_batch merged passes).
+
+    With schedule.fit_to_time and a time limit, the step count is re-fitted as the run goes (`_refit`); `refits`
+    is the list the scheduler reads, and gets each (step, new total)."""
     micro_rows = micro_rows or cfg.batch_size
     st = LoopState(step=start_step)
     total = plan.total_steps
+    fitting = bool(cfg.fit_to_time and cfg.max_time_s) and refits is not None
+    # Never longer than the recipe: the epochs' steps, or max_steps where that is longer.
+    ceiling = max(total, math.ceil(cfg.epochs * plan.steps_per_epoch))
+    next_at = sum(1 for share in REFIT_AT if share * total <= start_step)  # a resumed run: shares already passed
     view = ProgressView(total, start_step, enabled=d.main, every_s=cfg.log_every_s)
     model.train()
     t_start = time.time()
+    t_first = None
     ema_step_s = None
+    step = start_step
     try:
-        for step in range(start_step, total):
+        while step < total:
             t0 = time.time()
             # This rank's share of the global batch, then passes of micro_rows rows (batch_size unless merged).
             global_rows = plan.rows_for_step(step)
@@ -179,6 +220,13 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
                            tokens_per_s=round(tok_s, 1), eta_s=round(eta, 1), progress=round(st.step / total, 4),
                            elapsed_s=round(time.time() - t_start, 2))
             view.update(st.step, total, loss, lr, tok_s, eta)
+            if st.step == start_step + 1:
+                t_first = time.time()
+            if fitting:
+                total, next_at = _refit(st, total=total, ceiling=ceiling, next_at=next_at, t_start=t_start,
+                                        t_first=t_first, first_step=start_step, cfg=cfg, d=d, warmup=warmup,
+                                        refits=refits, ckpt_state=ckpt_state, telemetry=telemetry, view=view)
+                plan.total_steps = total
             # Decided on rank 0's clock for every rank, so that all stop at the same step.
             out_of_time = bool(cfg.max_time_s) and st.step < total and distributed.all_sum(
                 d, [float(d.main and time.time() - t_start >= cfg.max_time_s)])[0] > 0
@@ -199,6 +247,7 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
                 time.sleep(3600)
             if out_of_time:
                 break
+            step += 1
     except KeyboardInterrupt:  # Ctrl+C: keep the work done so far, then stop (resume with --resume)
         # Not when sharded: gathering the shards needs every rank, and another may be stuck mid-step.
         if st.step > start_step and d.main and not d.sharded:

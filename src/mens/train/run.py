@@ -288,8 +288,10 @@ def choose_packing(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, 
     return {"mode": "unpacked", "note": note}
 
 
-def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, scheduler, rank: int) -> tuple[int, str | None]:
-    """Continue from the newest checkpoint that verifies and loads; each newer one skipped gets one printed line."""
+def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, scheduler, rank: int,
+            refits: list) -> tuple[int, str | None]:
+    """Continue from the newest checkpoint that verifies and loads; each newer one skipped gets one printed line.
+    A run fitted to its time limit continues its re-fitted learning-rate curve and step count (`refits`)."""
     if not cfg.resume:
         return 0, None
     loaded, skipped = newest_good(run, model=model, backend=cfg.backend, optimizer=optimizer, scheduler=scheduler)
@@ -315,6 +317,9 @@ def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, schedule
         raise ConfigError(f"--resume: global batch {inp.plan.global_batch} != {state.get('global_batch')} saved in "
                           f"{ckpt}; keep batch_size x grad_accum x processes the same")
     apply_checkpoint(loaded, model=model, backend=cfg.backend, optimizer=optimizer, scheduler=scheduler, rank=rank)
+    if cfg.fit_to_time and state.get("refits"):  # checked when read (mens.train.checkpoint.read_checkpoint)
+        refits[:] = [tuple(r) for r in state["refits"]]
+        inp.plan.total_steps = max(int(state["step"]), refits[-1][1])
     return int(state["step"]), ckpt.name
 
 
@@ -425,7 +430,8 @@ def run_training(cfg: TrainConfig) -> dict:
     optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, 0.999), eps=1e-8,
                                   weight_decay=cfg.weight_decay, fused=device.startswith("cuda") or None)
     warmup = effective_warmup(cfg.warmup_steps, inp.plan.total_steps)
-    scheduler = make_scheduler(optimizer, warmup=warmup, total=inp.plan.total_steps)
+    refits: list = []  # (step, new total) of a run fitted to its time limit; the scheduler reads it every step
+    scheduler = make_scheduler(optimizer, warmup=warmup, total=inp.plan.total_steps, refits=refits)
     emulated = "; this CPU has no native bf16, so f32" if cfg.autocast == "bf16" and amp is None else ""
     pf.ok("matmul precision", f"{amp or 'f32'} (autocast: {cfg.autocast}{emulated})")
     if amp and cfg.backend != "full":
@@ -449,7 +455,7 @@ def run_training(cfg: TrainConfig) -> dict:
     pf.ok("micro-batch", micro_why)
     if cfg.neftune_alpha:  # after the numeric checks: the packing-leak check compares two noiseless passes
         add_embedding_noise(model, cfg.neftune_alpha, pf)
-    start_step, resumed_from = _resume(cfg, run, inp, model, optimizer, scheduler, d.rank)
+    start_step, resumed_from = _resume(cfg, run, inp, model, optimizer, scheduler, d.rank, refits)
     if resumed_from is None:
         torch.manual_seed(cfg.seed + 1)  # the dropout stream; a resumed run continues the checkpoint's RNG
 
@@ -478,11 +484,13 @@ def run_training(cfg: TrainConfig) -> dict:
     ckpt_state = {"run_id": run_id, "contract_digest": inp.digest, "resume_digest": resume_digest(cfg, inp),
                   "global_batch": plan.global_batch,
                   "world_size": d.world, "total_steps": plan.total_steps}
+    if refits:
+        ckpt_state["refits"] = [list(r) for r in refits]
     try:
         st = train_loop(model=model, optimizer=optimizer, scheduler=scheduler, params=params, rows=inp.rows,
                         val_rows=inp.val_rows, plan=plan, cfg=cfg, run_dir=run, d=d, device=device,
                         autocast=autocast, pad_id=pad_id, start_step=start_step, telemetry=tel, ckpt_state=ckpt_state,
-                        micro_rows=micro_rows)
+                        micro_rows=micro_rows, refits=refits, warmup=warmup)
     except BaseException as e:
         tel.emit("train_failed", error=f"{type(e).__name__}: {e}")
         raise
