@@ -244,6 +244,9 @@ class TrainConfig(Section):
         if self.data.ce_last_k > self.data.seq_len:
             problems.append(f"data.ce_last_k = {self.data.ce_last_k} > data.seq_len = {self.data.seq_len} "
                             "(expected <= seq_len)")
+        if self.schedule.fit_to_time and not self.schedule.max_time_s:
+            problems.append("schedule.fit_to_time is on but schedule.max_time_s is 0 (expected the time limit, in "
+                            "seconds, to fit the steps to)")
         if problems:
             raise ValueError("; ".join(problems))
         return self
