@@ -47,6 +47,15 @@ def confirm(out_dir: Path, env: dict) -> dict:
             "failures_by_category": m.get("failures_by_category")}
 
 
+def _refits(telemetry: Path) -> list[dict]:
+    """A time-fitted run's re-fits of its step count (schedule.fit_to_time), from its telemetry."""
+    if not telemetry.is_file():
+        return []
+    events = (json.loads(line) for line in telemetry.read_text(encoding="utf-8").splitlines() if line.strip())
+    return [{k: e.get(k) for k in ("step", "from_total", "to_total", "step_s", "elapsed_s")}
+            for e in events if e.get("event") == "refit"]
+
+
 def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
     summary = _json(out_dir / "dogfood_summary.json")
     state = _json(out_dir / "dogfood_state.json")
@@ -59,8 +68,9 @@ def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
         "stage_seconds": summary["stage_seconds"], "total_stage_seconds": summary["total_stage_seconds"],
         "heldout_tasks": split["heldout_tasks"], "training_rows": split["kept"],
         "rows_dropped_as_overlap": split["dropped"],
-        "train": {k: run_summary.get(k) for k in ("steps", "first_loss", "final_loss", "val_loss", "tokens_per_s",
-                                                   "train_time_s", "peak_memory")},
+        "train": {**{k: run_summary.get(k) for k in ("steps", "first_loss", "final_loss", "val_loss", "tokens_per_s",
+                                                      "train_time_s", "peak_memory", "stopped_early")},
+                  "refits": _refits(run / "telemetry.jsonl")},
         "base": summary["base"], "tuned": summary["tuned"], "gain_over_base": summary["gain_over_base"],
         "gate_passed": summary["gate"], "merge_parity": summary.get("merge_parity"),
         "budget": _json(out_dir / "data" / "budget.json") if (out_dir / "data" / "budget.json").is_file() else None,
