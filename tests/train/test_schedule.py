@@ -93,6 +93,8 @@ def test_a_time_fitted_run_follows_its_refits_and_resumes_onto_the_same_curve(tm
     refits = [(0, 10), (2, 16), (7, 13), (11, 14)]
     lrs = [e["lr"] for e in events if e["event"] == "step"]
     assert lrs == pytest.approx([1e-2 * lr_multiplier(s, warmup=0, total=10, refits=refits) for s in range(14)])
+    steps = json.loads((out / "training_manifest.json").read_text())["steps"]
+    assert steps["planned"] == 10 and steps["completed"] == 14 and steps["refits"] == [list(r) for r in refits]
     state = json.loads((out / "checkpoints" / "step-8" / "state.json").read_text())
     assert state["refits"] == [[0, 10], [2, 16], [7, 13]] and state["total_steps"] == 13
 

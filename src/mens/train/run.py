@@ -507,6 +507,8 @@ def run_training(cfg: TrainConfig) -> dict:
         summary = _summary(cfg, inp, st, run_id=run_id, device=device, world=d.world, start_step=start_step,
                            loss0=loss0, wall=wall)
         manifest.steps["completed"] = st.step
+        if refits:  # a time-fitted run: the learning-rate curve it trained, as (step, total) re-fits
+            manifest.steps["refits"] = [list(r) for r in refits]
         manifest.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
         manifest.write(run / MANIFEST)
         summary.write(run / SUMMARY)
