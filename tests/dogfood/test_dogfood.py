@@ -197,6 +197,10 @@ def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base, mo
     assert not (out / "budget_probe").exists()  # the probe run is thrown away
     state = json.loads((out / "dogfood_state.json").read_text())
     assert "budget 1h: the recipe's 3 steps fit the budget" in state["stages"]["train"]["note"]
+    # the run re-fits its length to the plan's time limit as it goes, and validates once, at its end
+    config = json.loads((out / "run" / "training_manifest.json").read_text())["config"]
+    assert config["fit_to_time"] is True and config["eval_every"] == 0
+    assert config["max_time_s"] == pytest.approx(plan["max_time_s"]) and config["max_steps"] == 3
     with pytest.raises(UsageError, match="--rounds 2"):
         _cfg(tmp_path / "x", tiny_base, budget="30m", rounds=2)
     with pytest.raises(UsageError, match="expected a duration"):
