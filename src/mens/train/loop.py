@@ -154,7 +154,7 @@ def _refit(st: LoopState, *, total: int, ceiling: int, next_at: int, t_start: fl
                            elapsed_s=round(now - t_start, 2), max_time_s=cfg.max_time_s)
             view.note(f"step {st.step}: {step_s:.2f} s a step, so {new} steps fit the time limit (were {total})")
             total = new
-    # One re-fit a share and a step: the shares this step has reached, of the count now planned, are done.
+    # One re-fit a share and a step: the shares this step has reached, of the count planned after it, are done.
     while next_at < len(REFIT_AT) and st.step >= REFIT_AT[next_at] * total:
         next_at += 1
     return total, next_at
