@@ -147,9 +147,9 @@ def _refit(st: LoopState, *, total: int, ceiling: int, next_at: int, t_start: fl
         new = int(distributed.all_sum(d, [float(new if d.main else 0)])[0])
         if new != total:
             if not refits:  # the curve as planned, so that the list alone describes it (resume, replay)
-                refits.append((warmup, total))
-            refits.append((st.step, new))
-            ckpt_state.update(total_steps=new, refits=[list(r) for r in refits])
+                refits.append([warmup, total])
+            refits.append([st.step, new])  # checkpoints save it from ckpt_state, which holds this same list
+            ckpt_state["total_steps"] = new
             telemetry.emit("refit", step=st.step, from_total=total, to_total=new, step_s=round(step_s, 3),
                            elapsed_s=round(now - t_start, 2), max_time_s=cfg.max_time_s)
             view.note(f"step {st.step}: {step_s:.2f} s a step, so {new} steps fit the time limit (were {total})")

@@ -318,7 +318,7 @@ def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, schedule
                           f"{ckpt}; keep batch_size x grad_accum x processes the same")
     apply_checkpoint(loaded, model=model, backend=cfg.backend, optimizer=optimizer, scheduler=scheduler, rank=rank)
     if cfg.fit_to_time and state.get("refits"):  # checked when read (mens.train.checkpoint.read_checkpoint)
-        refits[:] = [tuple(r) for r in state["refits"]]
+        refits[:] = state["refits"]
         inp.plan.total_steps = max(int(state["step"]), refits[-1][1])
     return int(state["step"]), ckpt.name
 
@@ -430,7 +430,7 @@ def run_training(cfg: TrainConfig) -> dict:
     optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(0.9, 0.999), eps=1e-8,
                                   weight_decay=cfg.weight_decay, fused=device.startswith("cuda") or None)
     warmup = effective_warmup(cfg.warmup_steps, inp.plan.total_steps)
-    refits: list = []  # (step, new total) of a run fitted to its time limit; the scheduler reads it every step
+    refits: list = []  # [step, new total] of a run fitted to its time limit; the scheduler reads it every step
     scheduler = make_scheduler(optimizer, warmup=warmup, total=inp.plan.total_steps, refits=refits)
     emulated = "; this CPU has no native bf16, so f32" if cfg.autocast == "bf16" and amp is None else ""
     pf.ok("matmul precision", f"{amp or 'f32'} (autocast: {cfg.autocast}{emulated})")
@@ -483,9 +483,7 @@ def run_training(cfg: TrainConfig) -> dict:
              train_rows=len(inp.rows), resumed_from_step=start_step or None, first_loss=loss0)
     ckpt_state = {"run_id": run_id, "contract_digest": inp.digest, "resume_digest": resume_digest(cfg, inp),
                   "global_batch": plan.global_batch,
-                  "world_size": d.world, "total_steps": plan.total_steps}
-    if refits:
-        ckpt_state["refits"] = [list(r) for r in refits]
+                  "world_size": d.world, "total_steps": plan.total_steps, "refits": refits}
     try:
         st = train_loop(model=model, optimizer=optimizer, scheduler=scheduler, params=params, rows=inp.rows,
                         val_rows=inp.val_rows, plan=plan, cfg=cfg, run_dir=run, d=d, device=device,
@@ -508,7 +506,7 @@ def run_training(cfg: TrainConfig) -> dict:
                            loss0=loss0, wall=wall)
         manifest.steps["completed"] = st.step
         if refits:  # a time-fitted run: the learning-rate curve it trained, as (step, total) re-fits
-            manifest.steps["refits"] = [list(r) for r in refits]
+            manifest.steps["refits"] = refits
         manifest.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
         manifest.write(run / MANIFEST)
         summary.write(run / SUMMARY)
