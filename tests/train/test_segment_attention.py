@@ -12,12 +12,13 @@ from tiny_archs import tiny_model
 
 from mens.model.lora import attach_lora
 from mens.train import segment_attention
-from mens.train.packing import batch_loss_sum, collate, model_inputs
+from mens.train.packing import batch_loss_sum, collate, collate_shared, model_inputs, shared_prefix
 from mens.train.segment_attention import (
     NAME,
     bind_segment_attention,
     restore_attention,
     segment_attention_forward,
+    shares_prefix,
     uses_segment_attention,
 )
 from mens.train.text import IGNORE, Example
@@ -240,3 +241,103 @@ def test_cuda_keeps_the_models_attention_where_it_drops_attention_out():
     model.config.attention_dropout = 0.1
     own, note = bind_segment_attention(model, "cuda", NULL, 300)  # refused before anything runs on the device
     assert own is None and note == "kept sdpa attention: flash varlen attention has no attention dropout"
+
+
+# ---- a micro-batch's common prompt prefix, computed once (packing.collate_shared) ----
+
+def _prompted_rows(seed: int = 3, head: int = 12, lengths=((5, 9), (7, 4, 6)), stranger: int = 8):
+    """Rows of examples that open with the same `head` tokens (a system prompt) and are supervised from token
+    head + 2, plus one example that opens differently (a row left-truncated past its prompt)."""
+    g = torch.Generator().manual_seed(seed)
+    opening = torch.randint(3, 300, (head,), generator=g).tolist()
+    rows = []
+    for row in lengths:
+        exs = []
+        for n in row:
+            ids = opening + torch.randint(3, 300, (n,), generator=g).tolist()
+            exs.append(Example(ids=ids, labels=[IGNORE] * (head + 2) + ids[head + 2:]))
+        rows.append(exs)
+    ids = torch.randint(3, 300, (stranger,), generator=g).tolist()
+    rows[-1].append(Example(ids=ids, labels=[IGNORE] * 3 + ids[3:]))
+    return rows
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3_text"])
+def test_a_shared_prefix_gives_the_per_example_loss_and_gradients(arch, monkeypatch):
+    # gemma3's tiny window is 8: examples of 17-21 tokens cross it inside and across the shared prefix
+    rows = _prompted_rows()
+    ref, shared = _model(arch), _model(arch)
+    monkeypatch.setattr(segment_attention, "SHARED_PREFIX", "off")
+    bind_segment_attention(ref, "cpu", NULL, 300)
+    monkeypatch.setattr(segment_attention, "SHARED_PREFIX", "auto")
+    _, note = bind_segment_attention(shared, "cpu", NULL, 300)
+    assert not shares_prefix(ref) and shares_prefix(shared) and "computed once" in note
+    loss0, n0, grads0 = _loss_and_grads(ref, rows)
+    loss1, n1, grads1 = _loss_and_grads(shared, rows)
+    assert n1 == n0 and loss1 == pytest.approx(loss0, rel=1e-5)
+    assert any("self_attn" in k and "lora_A" in k for k in grads0)
+    for k, g in grads0.items():
+        assert (grads1[k] - g).abs().max() <= 1e-4 * g.abs().max() + 1e-7, k
+
+
+def test_the_shared_layout_lays_the_prefix_out_once_and_continues_positions():
+    rows = _prompted_rows()
+    exs = [ex for row in rows for ex in row]
+    n, group = shared_prefix(exs)
+    assert (n, group) == (12, [0, 1, 2, 3, 4])  # the 12 common tokens; the stranger (5) stays whole
+    batch = collate_shared(rows)
+    ids, labels, pos = (batch[k][0].tolist() for k in ("input_ids", "labels", "position_ids"))
+    bounds = batch["cu_seq_lens"].tolist()
+    assert bounds[:2] == [0, n] and bounds[-1] == len(ids) == sum(len(e.ids) for e in exs) - 4 * n
+    assert batch["shared_prefix_len"] == n and batch["shared_prefix_end"] == bounds[-2]
+    assert ids[:n] == exs[0].ids[:n] and labels[:n] == [IGNORE] * n and pos[:n] == list(range(n))
+    for k, i in enumerate(group):  # each sharing example: its tokens after the prefix, positions from n
+        a, b = bounds[k + 1], bounds[k + 2]
+        assert ids[a:b] == exs[i].ids[n:] and labels[a:b] == exs[i].labels[n:]
+        assert pos[a:b] == list(range(n, len(exs[i].ids))) and labels[a] == IGNORE
+    assert ids[bounds[-2]:] == exs[5].ids and pos[bounds[-2]:] == list(range(len(exs[5].ids)))
+    # the supervised tokens are exactly the examples' own
+    assert sorted(x for x in labels if x != IGNORE) == sorted(x for e in exs for x in e.labels if x != IGNORE)
+
+
+def test_the_prefix_never_holds_a_position_that_predicts_a_supervised_token():
+    a = Example(ids=list(range(10, 30)), labels=[IGNORE] * 10 + list(range(20, 30)))
+    b = Example(ids=list(range(10, 40)), labels=[IGNORE] * 15 + list(range(25, 40)))
+    assert shared_prefix([a, b]) == (9, [0, 1])  # a's token 10 is supervised: the prefix ends at its predecessor
+    early = Example(ids=list(range(10, 30)), labels=[IGNORE] * 5 + list(range(15, 30)))
+    assert shared_prefix([early, b]) == (0, [])  # a 4-token prefix is below MIN_SHARED_PREFIX
+    assert shared_prefix([a]) == (0, [])
+    other = Example(ids=list(range(50, 80)), labels=[IGNORE] * 20 + list(range(70, 80)))
+    assert shared_prefix([a, other]) == (0, [])  # nothing in common: a group of one
+    assert collate_shared([[a], [other]]) is None
+
+
+def test_sharing_is_not_bound_when_switched_off_or_on_cuda_and_is_dropped_on_restore(monkeypatch):
+    model = _model("llama")
+    own, _ = bind_segment_attention(model, "cpu", NULL, 300)
+    assert shares_prefix(model)
+    restore_attention(model, own)
+    assert not shares_prefix(model)
+    q = torch.randn(1, 2, 6, 8)
+    monkeypatch.setattr(segment_attention, "_use_flash", lambda query: True)
+    with pytest.raises(NotImplementedError):
+        segment_attention_forward(torch.nn.Module(), q, q, q, None, cu_seq_lens_q=torch.tensor([0, 3, 6]),
+                                  shared_prefix_len=3, shared_prefix_end=6)
+
+
+def test_the_preflight_leak_check_covers_the_shared_layout(monkeypatch):
+    from mens.train import packing
+    from mens.train.preflight import packing_leaks
+
+    model = _model("llama")
+    bind_segment_attention(model, "cpu", NULL, 300)
+    assert not packing_leaks(model, "cpu", NULL, 300)
+    real = packing.collate_shared
+
+    def no_prefix_attention(rows):  # sharing examples that no longer attend to the prefix: a wrong layout
+        batch = real(rows)
+        batch["shared_prefix_end"] = batch["shared_prefix_len"]
+        return batch
+
+    monkeypatch.setattr(packing, "collate_shared", no_prefix_attention)
+    assert packing_leaks(model, "cpu", NULL, 300)

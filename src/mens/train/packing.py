@@ -8,6 +8,13 @@ row with explicit boundaries (`cu_seq_lens_*` for the chunked delta rule, `seq_i
 the arguments transformers hands to flash-linear-attention and causal-conv1d. Softmax attention takes the same
 flattened row and boundaries where `mens.train.segment_attention` applies (it attends one example at a time
 instead of through a block mask). Padding is its own segment with label -100.
+
+Where per-example attention is bound on a CPU, the examples of one micro-batch that begin with the same tokens
+(the chat template and system prompt, identical in every prompt/response row) share that prefix: it is laid out
+once, each example's remaining tokens continue its position ids and attend to it as to their own copy
+(`collate_shared`). Every supervised token sees exactly the context it would see alone, so the loss and gradients
+are those of the unshared batch (up to float summation order), with (examples - 1) x prefix fewer tokens through
+the model. The recipe's rows, steps and batches do not change.
 """
 
 from __future__ import annotations
@@ -61,6 +68,74 @@ def collate(rows: list[Row], pad_id: int):
     return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "position_ids": torch.tensor(pos)}
 
 
+MIN_SHARED_PREFIX = 8
+"""Shortest common prefix laid out once per micro-batch; shorter ones are not worth an extra attention segment."""
+
+
+def shared_prefix(examples: list[Example]) -> tuple[int, list[int]]:
+    """(prefix length, indices of the examples that share it) for a micro-batch's examples; (0, []) when none.
+
+    The group is the examples that begin like the most common opening; the prefix is their longest common one,
+    cut so that no loss term reads a logit inside it (a supervised token's predecessor stays in its own example:
+    the prefix ends before each example's first supervised position minus one) and every example keeps a token.
+    """
+    if len(examples) < 2:
+        return 0, []
+    heads: dict[tuple, list[int]] = {}
+    for i, ex in enumerate(examples):
+        if len(ex.ids) > MIN_SHARED_PREFIX:
+            heads.setdefault(tuple(ex.ids[:MIN_SHARED_PREFIX]), []).append(i)
+    group = max(heads.values(), key=len, default=[])
+    if len(group) < 2:
+        return 0, []
+    first = examples[group[0]].ids
+    n = min(len(examples[i].ids) for i in group) - 1
+    for i in group[1:]:
+        ids = examples[i].ids
+        k = MIN_SHARED_PREFIX
+        while k < n and ids[k] == first[k]:
+            k += 1
+        n = k
+    for i in group:  # labels[t] is predicted from position t-1: positions < n must predict nothing
+        labels = examples[i].labels
+        n = min(n, next((t for t in range(1, len(labels)) if labels[t] != IGNORE), len(labels)) - 1)
+    return (n, group) if n >= MIN_SHARED_PREFIX else (0, [])
+
+
+def collate_shared(rows: list[Row]) -> dict | None:
+    """A micro-batch as one flattened row whose examples share their common prefix (None when they share none).
+
+    Layout: the prefix (positions 0..P-1), then each sharing example's tokens after it (positions P.., as in its
+    own copy), then the other examples whole (positions from 0). Keys besides the (1, N) tensors: `cu_seq_lens`
+    (segment boundaries, the prefix first), `shared_prefix_len` (P) and `shared_prefix_end` (where the segments
+    that attend to the prefix end)."""
+    import torch
+
+    exs = [ex for row in rows for ex in row]
+    n, group = shared_prefix(exs)
+    if not n:
+        return None
+    ids, labels, pos = list(exs[group[0]].ids[:n]), [IGNORE] * n, list(range(n))
+    bounds = [0, n]
+    members = set(group)
+    for i in group:
+        ex = exs[i]
+        ids += ex.ids[n:]
+        labels += ex.labels[n:]
+        pos += range(n, len(ex.ids))
+        bounds.append(len(ids))
+    end = len(ids)
+    for i, ex in enumerate(exs):
+        if i not in members:
+            ids += ex.ids
+            labels += ex.labels
+            pos += range(len(ex.ids))
+            bounds.append(len(ids))
+    return {"input_ids": torch.tensor([ids]), "labels": torch.tensor([labels]), "position_ids": torch.tensor([pos]),
+            "cu_seq_lens": torch.tensor(bounds, dtype=torch.int32), "shared_prefix_len": n,
+            "shared_prefix_end": end}
+
+
 def probe_rows(vocab: int) -> list[Row]:
     """The packed batch the isolation checks run: two rows of two seeded random examples (5 + 6, 7 + 3 tokens),
     the second row padded."""
@@ -69,6 +144,51 @@ def probe_rows(vocab: int) -> list[Row]:
     g = torch.Generator().manual_seed(0)
     exs = [Example(ids=torch.randint(3, vocab, (n,), generator=g).tolist(), labels=[0] * n) for n in (5, 6, 7, 3)]
     return [exs[:2], exs[2:]]
+
+
+def shared_probe_rows(vocab: int) -> list[Row]:
+    """Two rows whose examples 0-2 open with the same 9 tokens (supervised after their 11th) and example 3 does
+    not: the shared layout's prefix, its sharing segments and an unshared one."""
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    head = torch.randint(3, vocab, (9,), generator=g).tolist()
+    exs = []
+    for n in (4, 7, 5):
+        ids = head + torch.randint(3, vocab, (n,), generator=g).tolist()
+        exs.append(Example(ids=ids, labels=[IGNORE] * 11 + ids[11:]))
+    ids = torch.randint(3, vocab, (6,), generator=g).tolist()
+    exs.append(Example(ids=ids, labels=[IGNORE] + ids[1:]))
+    return [exs[:2], exs[2:]]
+
+
+def shared_layout_error(model, device: str, autocast, vocab: int) -> float:
+    """Largest difference, relative to the logits' scale, between each example's logits in the shared-prefix
+    layout (`collate_shared`, the prefix's logits taken as every sharing example's own) and its forward alone."""
+    import torch
+
+    rows = shared_probe_rows(vocab)
+    exs = [ex for row in rows for ex in row]
+    batch = collate_shared(rows)
+    n, group = shared_prefix(exs)
+    bounds = batch["cu_seq_lens"].tolist()
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), autocast():
+            got = model(**model_inputs(model, batch, device, packed=True)).logits[0].float()
+            alone = [model(input_ids=torch.tensor([ex.ids]).to(device), use_cache=False).logits[0].float()
+                     for ex in exs]
+    finally:
+        model.train(was_training)
+    order = group + [i for i in range(len(exs)) if i not in group]
+    diff, scale = 0.0, 0.0
+    for k, i in enumerate(order):
+        span = got[bounds[k + 1]:bounds[k + 2]]
+        mine = torch.cat((got[:n], span)) if i in group else span
+        diff = max(diff, float((mine - alone[i]).abs().max()))
+        scale = max(scale, float(alone[i].abs().max()))
+    return diff / (scale or 1.0)
 
 
 RECURRENT_LAYER_TYPES = frozenset({"linear_attention", "mamba", "conv", "recurrent"})
@@ -95,6 +215,13 @@ def model_inputs(model, batch: dict, device: str, *, packed: bool) -> dict:
 
     ids, pos = batch["input_ids"], batch["position_ids"]
     kw: dict = {"use_cache": False}
+    if "shared_prefix_len" in batch:  # collate_shared: already one row with its boundaries
+        cu = batch["cu_seq_lens"].to(device)
+        longest = int((batch["cu_seq_lens"][1:] - batch["cu_seq_lens"][:-1]).max())
+        kw.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest,
+                  shared_prefix_len=batch["shared_prefix_len"], shared_prefix_end=batch["shared_prefix_end"])
+        kw.update(input_ids=ids.to(device), position_ids=pos.to(device))
+        return kw
     recurrent = has_recurrent_layers(model)
     if packed and (recurrent or uses_segment_attention(model)):
         import torch
@@ -126,11 +253,13 @@ def batch_loss_sum(model, rows: list[Row], pad_id: int, device: str, autocast):
 
     Logits are computed only where the next token is supervised (`keep`, a boolean (B, T) mask), a few hundred
     rows at a time (`mens.train.loss`): with a 152k vocabulary the LM head's f32 logits would outweigh the model.
-    No attention_mask: packed segments stay apart through their position ids.
+    No attention_mask: packed segments stay apart through their position ids. Where the model shares prefixes
+    (`segment_attention.shares_prefix`), the examples' common prefix is computed once (`collate_shared`).
     """
     from mens.train.loss import supervised_loss_sum
+    from mens.train.segment_attention import shares_prefix
 
-    batch = collate(rows, pad_id)
+    batch = (collate_shared(rows) if shares_prefix(model) else None) or collate(rows, pad_id)
     labels = batch["labels"]
     keep = labels.new_zeros(labels.shape, dtype=bool)
     keep[:, :-1] = labels[:, 1:] != IGNORE  # position t predicts token t+1

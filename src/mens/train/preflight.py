@@ -93,6 +93,7 @@ def packing_leaks(model, device: str, autocast, vocab: int) -> bool:
 
     The batch is the multi-row case training sees: two rows of two examples each, the second row padded, built
     with the same inputs as a training step (`model_inputs`); every example's logits must match its own forward.
+    A model that shares prompt prefixes is also checked in that layout (`packing.shared_layout_error`).
     """
     import torch
 
@@ -119,7 +120,13 @@ def packing_leaks(model, device: str, autocast, vocab: int) -> bool:
     # Measured against the logits' own scale: under bf16 autocast (emulated on CPUs without native bf16) an
     # isolated example still differs by ~1% of the largest logit from kernel blocking, while a leak moves the
     # logits by about their whole scale (the first token of the second example sees five more tokens).
-    return diff > 0.05 * scale + 1e-3
+    if diff > 0.05 * scale + 1e-3:
+        return True
+    from mens.train.packing import shared_layout_error
+    from mens.train.segment_attention import shares_prefix
+
+    # Where micro-batches share their common prefix, the layout training then uses is checked the same way.
+    return shares_prefix(model) and shared_layout_error(model, device, autocast, vocab) > 0.05
 
 
 def packing_problem(model, device: str, autocast, vocab: int) -> str | None:

@@ -22,7 +22,11 @@ checks before it and keep the model's own attention. The model's implementation 
 
 from __future__ import annotations
 
+import weakref
+
 SEGMENT_ATTENTION = "auto"  # "auto": per-example attention for packed rows where it matches; "off": the block mask
+SHARED_PREFIX = "auto"  # "auto": a micro-batch's common prefix laid out once where it matches (CPU); "off": never
+_SHARING: weakref.WeakSet = weakref.WeakSet()  # models (without a peft wrapper) bound to share prefixes
 NAME = "mens_segments"
 PROBE_TOLERANCE = 2e-2  # relative to the logits' scale: ~1e-6 apart in f32, ~1% under bf16; a leak is ~100%
 
@@ -30,11 +34,14 @@ PROBE_TOLERANCE = 2e-2  # relative to the logits' scale: ~1e-6 apart in f32, ~1%
 def segment_attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
                               scaling: float | None = None, is_causal: bool | None = None, cu_seq_lens_q=None,
                               sliding_window: int | None = None, softcap: float | None = None, s_aux=None,
-                              position_bias=None, **kwargs):
+                              position_bias=None, shared_prefix_len: int = 0, shared_prefix_end: int = 0,
+                              **kwargs):
     """transformers' attention-function signature: query (B, H, T, D), key/value (B, KV, S, D) -> ((B, T, H, D), None).
 
     Each example (the spans between `cu_seq_lens_q` boundaries of a flattened batch, or each row without them) is
-    attended causally on its own. A call this cannot serve exactly (a mask handed in, a KV cache, softcapping, sinks,
+    attended causally on its own. With `shared_prefix_len` P (`packing.collate_shared`), the examples that start
+    in [P, shared_prefix_end) attend to the first P tokens before their own, as to their own copy of them. A call
+    this cannot serve exactly (a mask handed in, a KV cache, softcapping, sinks,
     a position bias, non-causal attention) raises NotImplementedError: the binding probe then keeps the model's own
     attention, and after binding such a call is a bug to report, never a silent wrong answer."""
     import torch
@@ -49,6 +56,8 @@ def segment_attention_forward(module, query, key, value, attention_mask, dropout
     if cu_seq_lens_q is not None and query.shape[0] != 1:
         raise NotImplementedError("varlen boundaries come with a batch flattened into one row")
     if _use_flash(query):
+        if shared_prefix_len:
+            raise NotImplementedError("a shared prefix is laid out for the CPU form only")
         return _flash_varlen(query, key, value, cu_seq_lens_q, kwargs.get("max_length_q"), p, scaling,
                              sliding_window, gqa), None
     bounds = [0, query.shape[2]] if cu_seq_lens_q is None else [int(b) for b in cu_seq_lens_q.tolist()]
@@ -58,7 +67,16 @@ def segment_attention_forward(module, query, key, value, attention_mask, dropout
             continue
         q, k, v = query[:, :, start:end], key[:, :, start:end], value[:, :, start:end]
         n = end - start
-        if sliding_window is not None and n > sliding_window:
+        if shared_prefix_len and shared_prefix_len <= start < shared_prefix_end:
+            m = shared_prefix_len
+            k = torch.cat((key[:, :, :m], k), dim=2)
+            v = torch.cat((value[:, :, :m], v), dim=2)
+            gap = (torch.arange(n, device=query.device)[:, None] + m
+                   - torch.arange(m + n, device=query.device)[None, :])  # query position - key position
+            mask = (gap >= 0) if sliding_window is None else (gap >= 0) & (gap < sliding_window)
+            outs.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scaling,
+                                                       enable_gqa=gqa))
+        elif sliding_window is not None and n > sliding_window:
             i = torch.arange(n, device=query.device)
             gap = i[:, None] - i[None, :]  # query index - key index
             mask = (gap >= 0) & (gap < sliding_window)
@@ -111,6 +129,11 @@ def uses_segment_attention(model) -> bool:
     return getattr(config, "_attn_implementation", None) == NAME
 
 
+def shares_prefix(model) -> bool:
+    """Whether this model's micro-batches lay their common prefix out once (`packing.collate_shared`)."""
+    return uses_segment_attention(model) and _pretrained(model) in _SHARING
+
+
 def _pretrained(model):
     """The transformers model inside a peft wrapper (set_attn_implementation lives there)."""
     return model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -146,11 +169,37 @@ def bind_segment_attention(model, device: str, autocast, vocab: int) -> tuple[st
         base.set_attn_implementation(own)
         return None, f"kept {own} attention: per-example attention differs from it on a probe ({diff:.2g} of scale)"
     how = "torch's varlen flash attention" if cuda else f"{own}'s kernel without the block mask"
-    return own, f"packed rows attend one example at a time ({how}; matched on a probe)"
+    note = f"packed rows attend one example at a time ({how}; matched on a probe)"
+    if not cuda and SHARED_PREFIX != "off":
+        shared = _bind_shared_prefix(model, base, device, autocast, vocab)
+        note += "; " + shared
+    return own, note
+
+
+def _bind_shared_prefix(model, base, device: str, autocast, vocab: int) -> str:
+    """Share micro-batches' common prefixes when the shared layout gives every example its own logits on a probe
+    and a backward pass runs through it; the note says which."""
+    from mens.train.packing import collate_shared, model_inputs, shared_layout_error, shared_probe_rows
+
+    try:
+        diff = shared_layout_error(model, device, autocast, vocab)
+        if diff > PROBE_TOLERANCE:
+            return f"a common prompt prefix is attended per example (the shared layout differs on a probe: {diff:.2g})"
+        batch = collate_shared(shared_probe_rows(vocab))
+        with autocast():
+            model(**model_inputs(model, batch, device, packed=True)).logits.float().sum().backward()
+    except (NotImplementedError, ValueError, TypeError, RuntimeError) as e:
+        return f"a common prompt prefix is attended per example ({_first_line(e)})"
+    finally:
+        for param in model.parameters():
+            param.grad = None
+    _SHARING.add(base)
+    return "a micro-batch's common prompt prefix is computed once (matched on a probe)"
 
 
 def restore_attention(model, own: str | None) -> None:
     if own is not None:
+        _SHARING.discard(_pretrained(model))
         _pretrained(model).set_attn_implementation(own)
 
 
