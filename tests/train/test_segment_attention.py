@@ -193,6 +193,7 @@ def test_the_cuda_form_hands_varlen_attention_the_flattened_examples(arch, monke
 
     monkeypatch.setattr(segment_attention, "_use_flash", lambda q: True)
     monkeypatch.setattr(varlen, "varlen_attn", _reference_varlen)
+    monkeypatch.setattr(segment_attention, "SHARED_PREFIX", "off")  # this reference takes no shared prefix
     rows = _rows(lengths=((19, 7), (24,)))
     ref, seg = _model(arch).to(torch.bfloat16), _model(arch).to(torch.bfloat16)
     own, note = bind_segment_attention(seg, "cpu", NULL, 300)
@@ -296,6 +297,13 @@ def test_the_shared_layout_lays_the_prefix_out_once_and_continues_positions():
         assert ids[a:b] == exs[i].ids[n:] and labels[a:b] == exs[i].labels[n:]
         assert pos[a:b] == list(range(n, len(exs[i].ids))) and labels[a] == IGNORE
     assert ids[bounds[-2]:] == exs[5].ids and pos[bounds[-2]:] == list(range(len(exs[5].ids)))
+    # the CUDA form's keys: each sharing example gathers the prefix, then its own tokens; the stranger its own
+    keys, key_bounds = batch["key_index"].tolist(), batch["cu_seq_lens_k"].tolist()
+    assert key_bounds[1] == n and keys[:n] == list(range(n))
+    for k in range(len(group)):
+        a, b = bounds[k + 1], bounds[k + 2]
+        assert keys[key_bounds[k + 1]:key_bounds[k + 2]] == list(range(n)) + list(range(a, b))
+    assert keys[key_bounds[-2]:] == list(range(bounds[-2], bounds[-1]))
     # the supervised tokens are exactly the examples' own
     assert sorted(x for x in labels if x != IGNORE) == sorted(x for e in exs for x in e.labels if x != IGNORE)
 
@@ -312,17 +320,84 @@ def test_the_prefix_never_holds_a_position_that_predicts_a_supervised_token():
     assert collate_shared([[a], [other]]) is None
 
 
-def test_sharing_is_not_bound_when_switched_off_or_on_cuda_and_is_dropped_on_restore(monkeypatch):
+def test_sharing_is_not_bound_when_switched_off_and_is_dropped_on_restore(monkeypatch):
     model = _model("llama")
     own, _ = bind_segment_attention(model, "cpu", NULL, 300)
     assert shares_prefix(model)
     restore_attention(model, own)
     assert not shares_prefix(model)
-    q = torch.randn(1, 2, 6, 8)
+    monkeypatch.setattr(segment_attention, "SHARED_PREFIX", "off")
+    bind_segment_attention(model, "cpu", NULL, 300)
+    assert uses_segment_attention(model) and not shares_prefix(model)
+    q = torch.randn(1, 2, 6, 8).bfloat16()
     monkeypatch.setattr(segment_attention, "_use_flash", lambda query: True)
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="key positions"):  # the CUDA form without its key index
         segment_attention_forward(torch.nn.Module(), q, q, q, None, cu_seq_lens_q=torch.tensor([0, 3, 6]),
                                   shared_prefix_len=3, shared_prefix_end=6)
+
+
+def _reference_varlen_qk(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1),
+                         enable_gqa=False):
+    """varlen_attn with more keys than queries in a span: queries aligned to the span's last keys (flash
+    attention's causal alignment), example by example with sdpa."""
+    assert q.dim() == 3 and cu_q.dtype == cu_k.dtype == torch.int32 and window_size[1] == 0
+    bq, bk = cu_q.tolist(), cu_k.tolist()
+    assert max_q == max(b - a for a, b in zip(bq, bq[1:], strict=False))
+    assert max_k == max(b - a for a, b in zip(bk, bk[1:], strict=False)) and k.shape[0] == bk[-1]
+    outs = []
+    for (a, b), (c, d) in zip(zip(bq, bq[1:], strict=False), zip(bk, bk[1:], strict=False), strict=True):
+        gap = torch.arange(b - a)[:, None] + (d - c) - (b - a) - torch.arange(d - c)[None, :]
+        mask = (gap >= 0) & ((gap <= window_size[0]) if window_size[0] >= 0 else True)
+        x = [t.transpose(0, 1)[None] for t in (q[a:b], k[c:d], v[c:d])]
+        outs.append(F.scaled_dot_product_attention(*x, attn_mask=mask, scale=scale, enable_gqa=enable_gqa)[0]
+                    .transpose(0, 1))
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])
+def test_the_cuda_form_of_a_shared_prefix_gives_the_per_example_loss_and_gradients(arch, monkeypatch):
+    """The CUDA branch's gathered keys on CPU, with a reference in varlen_attn's place (bf16): the loss and
+    gradients of the per-example layout, gemma3's window of 8 crossed inside and across the prefix."""
+    from torch.nn.attention import varlen
+
+    monkeypatch.setattr(segment_attention, "_use_flash", lambda q: True)
+    monkeypatch.setattr(varlen, "varlen_attn", _reference_varlen_qk)
+    rows = _prompted_rows()
+    ref, shared = _model(arch).to(torch.bfloat16), _model(arch).to(torch.bfloat16)
+    monkeypatch.setattr(segment_attention, "SHARED_PREFIX", "off")
+    bind_segment_attention(ref, "cpu", NULL, 300)
+    monkeypatch.setattr(segment_attention, "SHARED_PREFIX", "auto")
+    _, note = bind_segment_attention(shared, "cpu", NULL, 300)
+    assert shares_prefix(shared) and not shares_prefix(ref), note
+    loss0, n0, grads0 = _loss_and_grads(ref, rows)
+    loss1, n1, grads1 = _loss_and_grads(shared, rows)
+    assert n1 == n0 and loss1 == pytest.approx(loss0, rel=2e-2)
+    for k, g in grads0.items():
+        assert (grads1[k].float() - g.float()).abs().max() <= 0.05 * g.float().abs().max() + 1e-6, k
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])
+def test_cuda_shared_prefix_gives_the_per_example_loss_and_gradients(arch, monkeypatch):
+    bf16 = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
+    rows = _prompted_rows()
+    ref, shared = _model(arch).cuda(), _model(arch).cuda()
+    monkeypatch.setattr(segment_attention, "SHARED_PREFIX", "off")
+    bind_segment_attention(ref, "cuda", bf16, 300)
+    monkeypatch.setattr(segment_attention, "SHARED_PREFIX", "auto")
+    _, note = bind_segment_attention(shared, "cuda", bf16, 300)
+    assert shares_prefix(shared) and "computed once" in note, note
+    losses, grads = [], []
+    for model in (ref, shared):
+        model.zero_grad(set_to_none=True)
+        loss, _ = batch_loss_sum(model, rows, 0, "cuda", bf16)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append({k: p.grad.float() for k, p in model.named_parameters() if p.requires_grad})
+    assert losses[1] == pytest.approx(losses[0], rel=2e-2)
+    for k, g in grads[0].items():
+        assert (grads[1][k] - g).abs().max() <= 0.05 * g.abs().max() + 1e-6, k
 
 
 def test_the_preflight_leak_check_covers_the_shared_layout(monkeypatch):

@@ -9,7 +9,7 @@ the arguments transformers hands to flash-linear-attention and causal-conv1d. So
 flattened row and boundaries where `mens.train.segment_attention` applies (it attends one example at a time
 instead of through a block mask). Padding is its own segment with label -100.
 
-Where per-example attention is bound on a CPU, the examples of one micro-batch that begin with the same tokens
+Where per-example attention is bound, the examples of one micro-batch that begin with the same tokens
 (the chat template and system prompt, identical in every prompt/response row) share that prefix: it is laid out
 once, each example's remaining tokens continue its position ids and attend to it as to their own copy
 (`collate_shared`). Every supervised token sees exactly the context it would see alone, so the loss and gradients
@@ -108,7 +108,8 @@ def collate_shared(rows: list[Row]) -> dict | None:
     Layout: the prefix (positions 0..P-1), then each sharing example's tokens after it (positions P.., as in its
     own copy), then the other examples whole (positions from 0). Keys besides the (1, N) tensors: `cu_seq_lens`
     (segment boundaries, the prefix first), `shared_prefix_len` (P) and `shared_prefix_end` (where the segments
-    that attend to the prefix end)."""
+    that attend to the prefix end); for the CUDA form, `key_index` (each segment's key positions in order: the
+    prefix's, then its own) and `cu_seq_lens_k` (their boundaries)."""
     import torch
 
     exs = [ex for row in rows for ex in row]
@@ -131,9 +132,16 @@ def collate_shared(rows: list[Row]) -> dict | None:
             labels += ex.labels
             pos += range(len(ex.ids))
             bounds.append(len(ids))
+    key_index, key_bounds = [], [0]
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        if n <= start < end:
+            key_index += range(n)
+        key_index += range(start, stop)
+        key_bounds.append(len(key_index))
     return {"input_ids": torch.tensor([ids]), "labels": torch.tensor([labels]), "position_ids": torch.tensor([pos]),
             "cu_seq_lens": torch.tensor(bounds, dtype=torch.int32), "shared_prefix_len": n,
-            "shared_prefix_end": end}
+            "shared_prefix_end": end, "key_index": torch.tensor(key_index),
+            "cu_seq_lens_k": torch.tensor(key_bounds, dtype=torch.int32)}
 
 
 def probe_rows(vocab: int) -> list[Row]:
@@ -216,10 +224,11 @@ def model_inputs(model, batch: dict, device: str, *, packed: bool) -> dict:
     ids, pos = batch["input_ids"], batch["position_ids"]
     kw: dict = {"use_cache": False}
     if "shared_prefix_len" in batch:  # collate_shared: already one row with its boundaries
-        cu = batch["cu_seq_lens"].to(device)
-        longest = int((batch["cu_seq_lens"][1:] - batch["cu_seq_lens"][:-1]).max())
-        kw.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest,
-                  shared_prefix_len=batch["shared_prefix_len"], shared_prefix_end=batch["shared_prefix_end"])
+        cu, cu_k = batch["cu_seq_lens"], batch["cu_seq_lens_k"]
+        kw.update(cu_seq_lens_q=cu.to(device), cu_seq_lens_k=cu_k.to(device),
+                  max_length_q=int((cu[1:] - cu[:-1]).max()), max_length_k=int((cu_k[1:] - cu_k[:-1]).max()),
+                  shared_prefix_len=batch["shared_prefix_len"], shared_prefix_end=batch["shared_prefix_end"],
+                  shared_key_index=batch["key_index"].to(device))
         kw.update(input_ids=ids.to(device), position_ids=pos.to(device))
         return kw
     recurrent = has_recurrent_layers(model)

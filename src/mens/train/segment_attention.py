@@ -16,7 +16,8 @@ its speed on a GPU is NOT MEASURED. Bound only for softmax-attention models whos
 "eager", and only when the model's logits on a packed probe batch match its own attention's and a backward pass
 through it runs. Sliding windows are honoured inside each example; attention forms this function does not reproduce
 (logit softcapping, attention sinks, position biases; on CUDA also f32 and attention dropout) fail the probe or the
-checks before it and keep the model's own attention. The model's implementation is restored after training
+checks before it and keep the model's own attention. A micro-batch's common prompt prefix is laid out once
+(`packing.collate_shared`; each example attends to it as to its own copy), bound by a second probe of its own. The model's implementation is restored after training
 (`restore_attention`), and it is never saved: transformers leaves `_attn_implementation` out of config.json.
 """
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import weakref
 
 SEGMENT_ATTENTION = "auto"  # "auto": per-example attention for packed rows where it matches; "off": the block mask
-SHARED_PREFIX = "auto"  # "auto": a micro-batch's common prefix laid out once where it matches (CPU); "off": never
+SHARED_PREFIX = "auto"  # "auto": a micro-batch's common prefix laid out once where it matches; "off": never
 _SHARING: weakref.WeakSet = weakref.WeakSet()  # models (without a peft wrapper) bound to share prefixes
 NAME = "mens_segments"
 PROBE_TOLERANCE = 2e-2  # relative to the logits' scale: ~1e-6 apart in f32, ~1% under bf16; a leak is ~100%
@@ -35,12 +36,13 @@ def segment_attention_forward(module, query, key, value, attention_mask, dropout
                               scaling: float | None = None, is_causal: bool | None = None, cu_seq_lens_q=None,
                               sliding_window: int | None = None, softcap: float | None = None, s_aux=None,
                               position_bias=None, shared_prefix_len: int = 0, shared_prefix_end: int = 0,
-                              **kwargs):
+                              shared_key_index=None, **kwargs):
     """transformers' attention-function signature: query (B, H, T, D), key/value (B, KV, S, D) -> ((B, T, H, D), None).
 
     Each example (the spans between `cu_seq_lens_q` boundaries of a flattened batch, or each row without them) is
     attended causally on its own. With `shared_prefix_len` P (`packing.collate_shared`), the examples that start
-    in [P, shared_prefix_end) attend to the first P tokens before their own, as to their own copy of them. A call
+    in [P, shared_prefix_end) attend to the first P tokens before their own, as to their own copy of them (on
+    CUDA through `shared_key_index`, each example's keys gathered in order, and `cu_seq_lens_k`). A call
     this cannot serve exactly (a mask handed in, a KV cache, softcapping, sinks,
     a position bias, non-causal attention) raises NotImplementedError: the binding probe then keeps the model's own
     attention, and after binding such a call is a bug to report, never a silent wrong answer."""
@@ -56,10 +58,13 @@ def segment_attention_forward(module, query, key, value, attention_mask, dropout
     if cu_seq_lens_q is not None and query.shape[0] != 1:
         raise NotImplementedError("varlen boundaries come with a batch flattened into one row")
     if _use_flash(query):
+        if shared_prefix_len and shared_key_index is None:
+            raise NotImplementedError("a shared prefix on CUDA needs each example's key positions")
+        shared = None
         if shared_prefix_len:
-            raise NotImplementedError("a shared prefix is laid out for the CPU form only")
+            shared = (shared_key_index, kwargs.get("cu_seq_lens_k"), kwargs.get("max_length_k"))
         return _flash_varlen(query, key, value, cu_seq_lens_q, kwargs.get("max_length_q"), p, scaling,
-                             sliding_window, gqa), None
+                             sliding_window, gqa, shared=shared), None
     bounds = [0, query.shape[2]] if cu_seq_lens_q is None else [int(b) for b in cu_seq_lens_q.tolist()]
     outs = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
@@ -93,9 +98,15 @@ def _use_flash(query) -> bool:
     return query.is_cuda
 
 
-def _flash_varlen(query, key, value, cu_seq_lens, max_length, dropout: float, scaling, sliding_window, gqa: bool):
+def _flash_varlen(query, key, value, cu_seq_lens, max_length, dropout: float, scaling, sliding_window, gqa: bool,
+                  shared=None):
     """The CUDA form: every example of the flattened row in one call of torch's varlen flash attention (half
-    precision only). (1, H, T, D) in, (1, T, H, D) out; without boundaries each row of the batch is one example."""
+    precision only). (1, H, T, D) in, (1, T, H, D) out; without boundaries each row of the batch is one example.
+
+    `shared` = (key index, cu_seq_lens_k, max_length_k) of a shared-prefix layout: each example's keys and values
+    are gathered (the prefix's, then its own) so that its queries attend causally to the end of its key span, the
+    kernel's alignment when a span has more keys than queries. The binding probe checks that alignment against
+    each example alone before any training step uses it."""
     import torch
     from torch.nn.attention import varlen
 
@@ -112,7 +123,12 @@ def _flash_varlen(query, key, value, cu_seq_lens, max_length, dropout: float, sc
     q, k, v = (x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3]) for x in (query, key, value))  # (B*T, H, D)
     window = (sliding_window - 1, 0) if sliding_window is not None else (-1, 0)  # (-1, 0): causal
     cu = cu_seq_lens.to(torch.int32)
-    out = varlen.varlen_attn(q, k, v, cu, cu, int(max_length), int(max_length), scale=scaling,
+    cu_k, max_k = cu, max_length
+    if shared is not None:
+        index, cu_k, max_k = shared
+        k, v = k.index_select(0, index), v.index_select(0, index)  # backward sums the prefix's gradients
+        cu_k = cu_k.to(torch.int32)
+    out = varlen.varlen_attn(q, k, v, cu, cu_k, int(max_length), int(max_k), scale=scaling,
                              window_size=window, enable_gqa=gqa)
     return out.reshape(b, t, *out.shape[1:])
 
@@ -170,7 +186,7 @@ def bind_segment_attention(model, device: str, autocast, vocab: int) -> tuple[st
         return None, f"kept {own} attention: per-example attention differs from it on a probe ({diff:.2g} of scale)"
     how = "torch's varlen flash attention" if cuda else f"{own}'s kernel without the block mask"
     note = f"packed rows attend one example at a time ({how}; matched on a probe)"
-    if not cuda and SHARED_PREFIX != "off":
+    if SHARED_PREFIX != "off":
         shared = _bind_shared_prefix(model, base, device, autocast, vocab)
         note += "; " + shared
     return own, note
