@@ -94,6 +94,11 @@ def synthetic_text(rng: random.Random, n_tokens: int) -> str:
     return "".join(" " if i % 5 == 4 else rng.choice(LETTERS) for i in range(max(1, n_tokens))).strip() or "a"
 
 
+def system_prompt(n_tokens: int) -> str:
+    """A fixed system prompt of `n_tokens` synthetic tokens ("" for none), the same on every side and run."""
+    return synthetic_text(random.Random(1), n_tokens) if n_tokens > 0 else ""
+
+
 def write_data(path: Path, *, n_examples: int, seq_len: int, seed: int) -> None:
     """prompt/response rows of random text; lengths spread so that packing matters (answers ~1/64-3/8 of a row)."""
     rng = random.Random(seed)
@@ -271,7 +276,8 @@ def run_mens(a: dict, work: Path) -> dict:
     cfg = TrainConfig(data=a["data"], output_dir=str(work / "run"), model=a["model_dir"], backend=a["backend"],
                       device=a["device"], max_steps=a["warmup"] + a["steps"], seq_len=a["seq_len"],
                       batch_size=a["batch_size"], grad_accum=a["grad_accum"], val_fraction=0, save_every=0,
-                      eval_every=0, pack=a["pack"], min_examples=1, system_prompt="", num_threads=a["threads"],
+                      eval_every=0, pack=a["pack"], min_examples=1, system_prompt=a.get("system_prompt", ""),
+                      num_threads=a["threads"],
                       log_every_s=3600, micro_batch="fixed",  # the passes TRL makes
                       **{**SHARED, "lora_dropout": a.get("lora_dropout", SHARED["lora_dropout"])})
     try:
@@ -310,8 +316,8 @@ def _trl_rows(a: dict, tok):
     """mens' encoding, packing and batch order, so TRL's step s sees mens' step s rows."""
     from mens.train.data import build_rows, plan_steps, read_examples
 
-    examples, _, _ = read_examples(Path(a["data"]), tok, seq_len=a["seq_len"], ce_last_k=0, system_prompt=None,
-                                   min_rating=3)
+    examples, _, _ = read_examples(Path(a["data"]), tok, seq_len=a["seq_len"], ce_last_k=0,
+                                   system_prompt=a.get("system_prompt") or None, min_rating=3)
     rows = build_rows(examples, pack=a["pack"], seq_len=a["seq_len"])
     total = a["warmup"] + a["steps"]
     plan = plan_steps(len(rows), a["batch_size"] * a["grad_accum"], epochs=1, max_steps=total, seed=SHARED["seed"])

@@ -13,6 +13,9 @@ MFU = tokens/s x 6 x N / peak, N = every weight a token is multiplied by (decode
 excluded). The 6N rule counts forward (2N) and backward (4N); a frozen LoRA/QLoRA base skips the weight-gradient
 half of the backward, so the hardware does ~4N of it: the figure is the conventional model-FLOPs utilisation, the
 same formula on every side, not a count of the FLOPs executed. Attention's own FLOPs are not counted.
+With --system-tokens N every example opens with the same N-token system prompt on both sides (the real job's rows:
+`mens train` adds its packaged Vox prompt); mens then lays it out once per micro-batch (packing.collate_shared)
+where TRL trains every copy, and tokens/s counts the rows' tokens on both sides.
 Run: `python bench/gpu_train_speed.py [--device cuda|cpu] [--tiny] [--smoke] [--grouped] [--budget-s S] [--repeats N]`;
 writes bench/results/gpu_train_speed-<host>.json (after every run, so a cut-off call still leaves its results).
 """
@@ -172,6 +175,9 @@ def parse_args(argv=None):
     ap.add_argument("--batch-size", type=int, default=2, help="rows per micro-batch")
     ap.add_argument("--grad-accum", type=int, help="micro-batches per optimizer step (default 4; 1 with --tiny)")
     ap.add_argument("--no-pack", dest="pack", action="store_false", help="one example per row on both sides")
+    ap.add_argument("--system-tokens", type=int, default=0, metavar="N",
+                    help="a system prompt of N synthetic tokens in every example, on both sides (mens' packaged "
+                         "Vox prompt is 272 BPE tokens); 0: none")
     ap.add_argument("--grouped", action="store_true",
                     help="one process per shape (and one per shape for Liger) instead of one per run: imports are "
                          "paid once; each run still counts only its own peak allocation")
@@ -228,7 +234,7 @@ def _job(i: int, run: dict, a, root: Path) -> dict:
     return {**run, "device": a.device, "tiny": a.tiny, "model_dir": str(root / run["shape"]), "data": str(data),
             "steps": a.steps, "warmup": a.warmup, "seq_len": a.seq_len, "batch_size": a.batch_size,
             "grad_accum": a.grad_accum, "pack": a.pack and run["shape"] not in runs.UNPACKED, "threads": a.threads,
-            "profile": a.profile, "lora_dropout": a.lora_dropout,
+            "profile": a.profile, "lora_dropout": a.lora_dropout, "system_prompt": runs.system_prompt(a.system_tokens),
             "result": str(root / f"run{i}.result.json")}
 
 
@@ -277,7 +283,7 @@ def orchestrate(a) -> int:
     doc = {"bench": "gpu_train_speed", "machine": {**machine(), "versions": versions()}, "gpu": None,
            "settings": {k: getattr(a, k) for k in ("device", "tiny", "smoke", "repeats", "steps", "warmup", "seq_len",
                                                    "batch_size", "grad_accum", "pack", "budget_s", "grouped",
-                                                   "profile")},
+                                                   "profile", "system_tokens")},
            "shared_settings": {**runs.SHARED, "lora_dropout": a.lora_dropout},
            "packing": {s: ("both sides unpacked: one example per row" + (f" ({runs.UNPACKED[s]})"
                                                                           if s in runs.UNPACKED and a.pack else "")

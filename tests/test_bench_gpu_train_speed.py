@@ -98,6 +98,25 @@ def test_tiny_cpu_mode_trains_both_sides_on_the_same_tokens(tmp_path):
     assert summary["same_timed_tokens"] and summary["supervised_tokens_per_s"]["n"] == 1
 
 
+def test_a_system_prompt_is_trained_on_both_sides_and_shared_by_mens(tmp_path):
+    out = tmp_path / "gpu_train_speed.json"
+    cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",
+           "--shapes", "qwen2.5-0.5b", "--backends", "lora", "--sides", "mens,trl", "--system-tokens", "24",
+           "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["system_tokens"] == 24
+    by_side = {r["side"]: r for r in doc["results"]}
+    mens = by_side["mens"]
+    assert mens["ok"] and "common prompt prefix is computed once" in mens["attention"], mens["attention"]
+    if importlib.util.find_spec("trl") is None:
+        return
+    trl = by_side["trl"]  # the same rows, prompt copies included: the same tokens and loss before any update
+    assert trl["timed_input_tokens"] == mens["timed_input_tokens"]
+    assert trl["first_batch_loss"] == pytest.approx(mens["first_batch_loss"], abs=1e-4)
+
+
 def test_profile_mode_records_where_the_step_time_goes(tmp_path):
     out = tmp_path / "profile.json"
     cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",

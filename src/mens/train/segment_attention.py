@@ -17,8 +17,9 @@ its speed on a GPU is NOT MEASURED. Bound only for softmax-attention models whos
 through it runs. Sliding windows are honoured inside each example; attention forms this function does not reproduce
 (logit softcapping, attention sinks, position biases; on CUDA also f32 and attention dropout) fail the probe or the
 checks before it and keep the model's own attention. A micro-batch's common prompt prefix is laid out once
-(`packing.collate_shared`; each example attends to it as to its own copy), bound by a second probe of its own. The model's implementation is restored after training
-(`restore_attention`), and it is never saved: transformers leaves `_attn_implementation` out of config.json.
+(`packing.collate_shared`; each example attends to it as to its own copy), bound by a second probe of its own.
+The model's implementation is restored after training (`restore_attention`), and it is never saved: transformers
+leaves `_attn_implementation` out of config.json.
 """
 
 from __future__ import annotations
