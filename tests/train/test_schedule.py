@@ -115,6 +115,37 @@ def test_a_time_fitted_run_follows_its_refits_and_resumes_onto_the_same_curve(tm
     assert set(a) == set(b) and all((a[k] == b[k]).all() for k in a)
 
 
+def test_each_refit_reads_the_step_time_of_the_stretch_since_the_last(monkeypatch):
+    """A slow stretch (another job on the machine) before one re-fit is not carried into the next; the time
+    limit still counts from the loop's start."""
+    from types import SimpleNamespace
+
+    import mens.train.loop as loop
+    from mens.train.distributed import Dist
+
+    seen = []
+
+    def record(*, step, elapsed_s, step_s, max_time_s, ceiling):
+        seen.append((step, round(elapsed_s, 6), round(step_s, 6)))
+        return 100
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(loop, "refit_total", record)
+    monkeypatch.setattr(loop.time, "time", lambda: clock["now"])
+    view = SimpleNamespace(note=lambda *_: None)
+    telemetry = SimpleNamespace(emit=lambda *_, **__: None)
+    cfg = SimpleNamespace(max_time_s=1000.0)
+    window, refits, state = [10.0, 1], [], {}
+    total, next_at = 100, 0
+    for step, now in ((20, 200.0), (40, 220.0), (60, 240.0)):  # 10 s a step, then 1 s a step
+        clock["now"] = now
+        total, next_at = loop._refit(loop.LoopState(step=step), total=total, ceiling=200, next_at=next_at,
+                                     t_start=0.0, window=window, cfg=cfg, d=Dist(), warmup=0, refits=refits,
+                                     ckpt_state=state, telemetry=telemetry, view=view)
+    assert seen == [(20, 200.0, 10.0), (40, 220.0, 1.0), (60, 240.0, 1.0)]
+    assert window == [240.0, 60] and next_at == 3 and total == 100 and refits == []  # 100 = the count already planned
+
+
 def test_malformed_refits_make_a_checkpoint_unusable():
     from mens.train.checkpoint import refits_problem
 

@@ -13,7 +13,7 @@ it (measured) and after it (estimated from the base model's own evaluation time)
 The recipe's own step count is the ceiling (a fast machine does not train longer than the recipe asks). The plan
 and every number behind it go into `budget.json` and the stage note, so the user sees what was chosen and why.
 Three probe steps misjudge the run's mean step time by up to a fifth on a shared machine, so the plan is only the
-start: the training run re-fits its step count to its time limit from its own mean step time at 20, 40, 60, 80 and
+start: the training run re-fits its step count to its time limit from its own step time at 20, 40, 60, 80 and
 90% of the way (`schedule.fit_to_time`, mens.train.schedule), with a learning-rate curve that stays continuous.
 Only the length changes: a cut schedule trains the preset's recipe as it is (the cpu preset's LoRA+ was measured
 at 27%, 71-81% and 100% of its steps; docs/benchmarks.md, "A 30-minute budget").

@@ -139,12 +139,13 @@ class ScheduleConfig(Section):
     validated as at the planned end, and the run summary says it stopped early. The learning-rate schedule stays
     planned for the full step count, so a cut run is not the run it would have been, nor bit-reproducible."""
     fit_to_time: bool = False
-    """With max_time_s: re-measure the step time at 20, 40, 60, 80 and 90% of the planned steps and re-fit the
-    step count to end at 97% of max_time_s (never more steps than `epochs` give, or than max_steps when that is
-    longer). The learning-rate cosine keeps the progress it reached and spreads the rest over the new count, so it
-    ends at 0 when the time is up instead of being cut or ending early. The step count then depends on the
-    machine's speed; telemetry (`refit` events) and checkpoints record each re-fit, and a resumed run continues the
-    same curve. `mens dogfood --budget` turns it on."""
+    """With max_time_s: re-measure the step time at 20, 40, 60, 80 and 90% of the planned steps (over the steps
+    since the previous re-fit) and re-fit the step count to end at 97% of max_time_s (never more steps than
+    `epochs` give, or than max_steps when that is longer). The learning-rate cosine keeps the progress it
+    reached and spreads the rest over the new count, so it ends at 0 when the time is up instead of being cut
+    or ending early. The step count then depends on the machine's speed; telemetry (`refit` events) and
+    checkpoints record each re-fit, and a resumed run continues the same curve. `mens dogfood --budget` turns
+    it on."""
     batch_size: int = setting(4, gt=0)
     """Rows per micro-batch (per process)."""
     grad_accum: int = setting(4, gt=0)

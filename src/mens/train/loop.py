@@ -130,18 +130,24 @@ def _checkpoint(run_dir: Path, st: LoopState, *, model, optimizer, scheduler, cf
         distributed.barrier(d)
 
 
-def _refit(st: LoopState, *, total: int, ceiling: int, next_at: int, t_start: float, t_first: float | None,
-           first_step: int, cfg, d, warmup: int, refits: list, ckpt_state: dict, telemetry: Telemetry,
+def _refit(st: LoopState, *, total: int, ceiling: int, next_at: int, t_start: float, window: list,
+           cfg, d, warmup: int, refits: list, ckpt_state: dict, telemetry: Telemetry,
            view: ProgressView) -> tuple[int, int]:
     """At the next of REFIT_AT's shares of the planned steps, re-fit the step count to the time limit
-    (schedule.fit_to_time). Returns (total, index of the next share). Rank 0's clock decides for every rank."""
+    (schedule.fit_to_time). Returns (total, index of the next share). Rank 0's clock decides for every rank.
+
+    `window` is [time, step] where the step time is read from: the end of this process's first step (allocation
+    and first-call kernels left out), then each re-fit's own moment. So a re-fit projects the remaining steps at
+    the pace of the stretch just run, checkpoints included: a slow stretch that has ended (another job on the
+    machine) is not carried into the rest of the run, and one that has begun is not averaged away."""
     if next_at >= len(REFIT_AT) or st.step < REFIT_AT[next_at] * total:
         return total, next_at
     next_at += 1
-    # The step time after this process's first step (allocation, first-call kernels), checkpoints included.
-    if st.step > max(warmup, first_step + 1) and t_first is not None and st.step < total:
+    t_window, s_window = window
+    if st.step > max(warmup, s_window) and t_window is not None and st.step < total:
         now = time.time()
-        step_s = (now - t_first) / (st.step - first_step - 1)
+        step_s = (now - t_window) / (st.step - s_window)
+        window[:] = [now, st.step]
         new = refit_total(step=st.step, elapsed_s=now - t_start, step_s=step_s, max_time_s=cfg.max_time_s,
                           ceiling=ceiling)
         new = int(distributed.all_sum(d, [float(new if d.main else 0)])[0])
@@ -179,7 +185,7 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
     view = ProgressView(total, start_step, enabled=d.main, every_s=cfg.log_every_s)
     model.train()
     t_start = time.time()
-    t_first = None
+    window: list = [None, start_step + 1]  # where re-fits read the step time from (`_refit`)
     ema_step_s = None
     step = start_step
     try:
@@ -221,11 +227,11 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
                            elapsed_s=round(time.time() - t_start, 2))
             view.update(st.step, total, loss, lr, tok_s, eta)
             if st.step == start_step + 1:
-                t_first = time.time()
+                window[0] = time.time()
             if fitting:
                 total, next_at = _refit(st, total=total, ceiling=ceiling, next_at=next_at, t_start=t_start,
-                                        t_first=t_first, first_step=start_step, cfg=cfg, d=d, warmup=warmup,
-                                        refits=refits, ckpt_state=ckpt_state, telemetry=telemetry, view=view)
+                                        window=window, cfg=cfg, d=d, warmup=warmup, refits=refits,
+                                        ckpt_state=ckpt_state, telemetry=telemetry, view=view)
                 plan.total_steps = total
             # Decided on rank 0's clock for every rank, so that all stop at the same step.
             out_of_time = bool(cfg.max_time_s) and st.step < total and distributed.all_sum(
