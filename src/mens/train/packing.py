@@ -223,16 +223,14 @@ def model_inputs(model, batch: dict, device: str, *, packed: bool) -> dict:
 
     ids, pos = batch["input_ids"], batch["position_ids"]
     kw: dict = {"use_cache": False}
+    recurrent = has_recurrent_layers(model)
     if "shared_prefix_len" in batch:  # collate_shared: already one row with its boundaries
         cu, cu_k = batch["cu_seq_lens"], batch["cu_seq_lens_k"]
         kw.update(cu_seq_lens_q=cu.to(device), cu_seq_lens_k=cu_k.to(device),
                   max_length_q=int((cu[1:] - cu[:-1]).max()), max_length_k=int((cu_k[1:] - cu_k[:-1]).max()),
                   shared_prefix_len=batch["shared_prefix_len"], shared_prefix_end=batch["shared_prefix_end"],
                   shared_key_index=batch["key_index"].to(device))
-        kw.update(input_ids=ids.to(device), position_ids=pos.to(device))
-        return kw
-    recurrent = has_recurrent_layers(model)
-    if packed and (recurrent or uses_segment_attention(model)):
+    elif packed and (recurrent or uses_segment_attention(model)):
         import torch
         from transformers.modeling_flash_attention_utils import prepare_fa_kwargs_from_position_ids
 
