@@ -231,6 +231,23 @@ def test_the_cuda_form_refuses_f32_and_dropout(monkeypatch):
         segment_attention_forward(module, q.bfloat16(), q.bfloat16(), q.bfloat16(), None, dropout=0.1)
 
 
+def test_the_cuda_form_takes_an_f32_models_attention_in_autocasts_dtype(monkeypatch):
+    """An f32 model under bf16 autocast hands attention f32 queries (its rotary cos/sin are f32): the CUDA form
+    computes in autocast's dtype, as sdpa would, instead of refusing."""
+    from torch.nn.attention import varlen
+
+    monkeypatch.setattr(segment_attention, "_use_flash", lambda q: True)
+    monkeypatch.setattr(varlen, "varlen_attn", _reference_varlen_qk)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=g) for _ in range(3))
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    module = torch.nn.Module().eval()
+    want, _ = segment_attention_forward(module, q.bfloat16(), k.bfloat16(), v.bfloat16(), None, cu_seq_lens_q=cu)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, _ = segment_attention_forward(module, q, k, v, None, cu_seq_lens_q=cu)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])
@@ -358,6 +375,28 @@ def _reference_varlen_qk(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, windo
         outs.append(F.scaled_dot_product_attention(*x, attn_mask=mask, scale=scale, enable_gqa=enable_gqa)[0]
                     .transpose(0, 1))
     return torch.cat(outs)
+
+
+def test_the_cuda_form_calls_a_varlen_attn_without_enable_gqa_as_torch_2_11_has_it(monkeypatch):
+    """torch 2.11's varlen_attn takes no `enable_gqa` (its flash kernel serves fewer key heads by itself); torch
+    2.13's asks for it. Grouped-query keys reach either, and give the same attention."""
+    from torch.nn.attention import varlen
+
+    def varlen_2_11(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)):
+        return _reference_varlen_qk(q, k, v, cu_q, cu_k, max_q, max_k, scale=scale, window_size=window_size,
+                                    enable_gqa=q.shape[1] != k.shape[1])
+
+    monkeypatch.setattr(segment_attention, "_use_flash", lambda q: True)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, 7, 8, generator=g).bfloat16()
+    k, v = (torch.randn(1, 2, 7, 8, generator=g).bfloat16() for _ in range(2))  # 2 key heads for 4 query heads
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    module = torch.nn.Module().eval()
+    outs = []
+    for fn in (varlen_2_11, _reference_varlen_qk):
+        monkeypatch.setattr(varlen, "varlen_attn", fn)
+        outs.append(segment_attention_forward(module, q, k, v, None, cu_seq_lens_q=cu)[0])
+    assert torch.equal(*outs)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])

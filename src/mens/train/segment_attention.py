@@ -24,6 +24,8 @@ leaves `_attn_implementation` out of config.json.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import weakref
 
 SEGMENT_ATTENTION = "auto"  # "auto": per-example attention for packed rows where it matches; "off": the block mask
@@ -113,6 +115,12 @@ def _flash_varlen(query, key, value, cu_seq_lens, max_length, dropout: float, sc
 
     if dropout:
         raise NotImplementedError("torch's varlen flash attention has no dropout")
+    kind = query.device.type
+    if query.dtype == torch.float32 and torch.is_autocast_enabled(kind):
+        # what sdpa does under autocast: an f32 model's rotary output is f32 (its cos/sin are), autocast's dtype
+        # is what the block mask's attention would compute in
+        half = torch.get_autocast_dtype(kind)
+        query, key, value = query.to(half), key.to(half), value.to(half)
     if query.dtype not in (torch.bfloat16, torch.float16):
         raise NotImplementedError(f"flash attention takes bf16 or fp16, not {query.dtype}")
     b, _, t, _ = query.shape
@@ -129,9 +137,18 @@ def _flash_varlen(query, key, value, cu_seq_lens, max_length, dropout: float, sc
         index, cu_k, max_k = shared
         k, v = k.index_select(0, index), v.index_select(0, index)  # backward sums the prefix's gradients
         cu_k = cu_k.to(torch.int32)
+    gqa_kw = {"enable_gqa": gqa} if _takes_enable_gqa(varlen.varlen_attn) else {}
     out = varlen.varlen_attn(q, k, v, cu, cu_k, int(max_length), int(max_k), scale=scaling,
-                             window_size=window, enable_gqa=gqa)
+                             window_size=window, **gqa_kw)
     return out.reshape(b, t, *out.shape[1:])
+
+
+@functools.lru_cache(maxsize=4)
+def _takes_enable_gqa(fn) -> bool:
+    """Newer torch (2.13) asks for `enable_gqa=True` when keys have fewer heads than queries; torch 2.11 has no such
+    argument and hands fewer key heads straight to the flash kernel, which serves them as grouped-query attention
+    (the binding probe checks either against the block mask)."""
+    return "enable_gqa" in inspect.signature(fn).parameters
 
 
 def register() -> None:
