@@ -181,6 +181,11 @@ def parse_args(argv=None):
     ap.add_argument("--grouped", action="store_true",
                     help="one process per shape (and one per shape for Liger) instead of one per run: imports are "
                          "paid once; each run still counts only its own peak allocation")
+    ap.add_argument("--warm-run", action=argparse.BooleanOptionalAction, default=None,
+                    help="with --grouped: each group process first runs each side's first run once, untimed (its "
+                         "record goes to warm_runs): on an H200 the first QLoRA run of mens and of TRL in a process "
+                         "trained 1.3-1.6x slower than their repeats after the same warm-up steps. Default: on with "
+                         "--device cuda")
     ap.add_argument("--profile", type=int, default=0, metavar="STEPS",
                     help="torch.profiler over this many steps after the warm-up, per run: each record gets the ops "
                          "that take the step's time (rates from profiled runs are not comparable)")
@@ -200,6 +205,7 @@ def parse_args(argv=None):
     a.warmup = 0 if a.smoke else (a.warmup if a.warmup is not None else (1 if small else 2))
     a.seq_len = a.seq_len or (128 if small else 2048)
     a.grad_accum = a.grad_accum or (1 if small else 4)
+    a.warm_run = a.grouped and not a.smoke and (a.device == "cuda" if a.warm_run is None else a.warm_run)
     tag = "-smoke" if a.smoke else "-tiny" if a.tiny else ""
     a.out = a.out or REPO / "bench" / "results" / f"gpu_train_speed{tag}-{socket.gethostname()}.json"
     return a
@@ -270,6 +276,8 @@ def orchestrate(a) -> int:
     backends = [b.strip() for b in a.backends.split(",") if b.strip()]
     plan = plan_runs(shapes, backends, sides, a.repeats)
     est = sum(estimate_s(r, a, {}) for r in plan) + (0 if a.tiny or a.device != "cuda" else 25 * len(shapes))
+    if a.warm_run:  # one untimed run of each side per group process
+        est += sum(estimate_s(r, a, {}) for r in plan_runs(shapes, backends[:1], sides, 1))
     print(f"plan: {len(plan)} runs ({', '.join(shapes)} x {', '.join(backends)} x {', '.join(sides)} x "
           f"{a.repeats}); estimate {est:.0f} s, budget {a.budget_s:.0f} s"
           + "".join(f"\nskipped side {s}: {why}" for s, why in skipped_sides.items()), flush=True)
@@ -283,7 +291,7 @@ def orchestrate(a) -> int:
     doc = {"bench": "gpu_train_speed", "machine": {**machine(), "versions": versions()}, "gpu": None,
            "settings": {k: getattr(a, k) for k in ("device", "tiny", "smoke", "repeats", "steps", "warmup", "seq_len",
                                                    "batch_size", "grad_accum", "pack", "budget_s", "grouped",
-                                                   "profile", "system_tokens")},
+                                                   "profile", "system_tokens", "warm_run")},
            "shared_settings": {**runs.SHARED, "lora_dropout": a.lora_dropout},
            "packing": {s: ("both sides unpacked: one example per row" + (f" ({runs.UNPACKED[s]})"
                                                                           if s in runs.UNPACKED and a.pack else "")
@@ -293,7 +301,7 @@ def orchestrate(a) -> int:
            "mfu": {"formula": "tokens_per_s * 6 * matmul_params / peak (see the script's docstring)",
                    "peak_tflops": a.peak_tflops, "measured_tflops": a.measured_tflops},
            "plan_estimate_s": round(est), "skipped_sides": skipped_sides, "skipped_runs": [], "models": {},
-           "results": []}
+           "results": [], "warm_runs": []}
     with tempfile.TemporaryDirectory() as tmp:
         root = a.workdir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -347,6 +355,8 @@ def _run_grouped(plan: list[dict], a, root: Path, env: dict, deadline: float, do
     shapes = list(dict.fromkeys(j["shape"] for j in jobs))
     groups = ([[j for j in jobs if j["shape"] == s and j["side"] != "trl-liger"] for s in shapes]
               + [[j for j in jobs if j["shape"] == s and j["side"] == "trl-liger"] for s in shapes])
+    if a.warm_run:
+        groups = [_warm_runs(group, root) + group for group in groups]
     targets: dict[str, dict] = {}  # shape -> what mens adapted, for the Liger group's TRL runs
     keys = ("shape", "backend", "side", "repeat")
     for group in filter(None, groups):
@@ -369,6 +379,10 @@ def _run_grouped(plan: list[dict], a, root: Path, env: dict, deadline: float, do
             res = Path(j["result"])
             rec = json.loads(res.read_text()) if res.is_file() else {
                 "error": err or "no result written: the group's process ended before this run"}
+            if j.get("warm"):
+                doc["warm_runs"].append({**{k: j[k] for k in keys}, **{k: rec.get(k) for k in (
+                    "skipped", "supervised_tokens_per_s", "peak_allocated_mb", "wall_s", "error")}})
+                continue
             if "skipped" in rec:
                 doc["skipped_runs"].append({**{k: j[k] for k in keys}, "reason": rec["skipped"]})
                 continue
@@ -376,6 +390,15 @@ def _run_grouped(plan: list[dict], a, root: Path, env: dict, deadline: float, do
             if j["side"] == "mens" and rec.get("peft_targets"):
                 targets.setdefault(shape, rec["peft_targets"])
         _write(a.out, doc)
+
+
+def _warm_runs(group: list[dict], root: Path) -> list[dict]:
+    """An untimed copy of each side's first run in this group, to run first in its process."""
+    first = {}
+    for j in group:
+        first.setdefault(j["side"], j)
+    return [{**j, "warm": True, "result": str(root / f"warm-{j['shape']}-{j['side']}.result.json")}
+            for j in first.values()]
 
 
 def _run_smoke(plan: list[dict], a, root: Path, env: dict, deadline: float, doc: dict) -> None:

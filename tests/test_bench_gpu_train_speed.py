@@ -137,13 +137,18 @@ def test_grouped_mode_runs_every_side_of_a_shape_in_one_process(tmp_path):
     out = tmp_path / "grouped.json"
     sides = "mens,mens-chunked" + (",trl" if importlib.util.find_spec("trl") else "")
     cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",
-           "--grouped", "--shapes", "qwen2.5-0.5b", "--backends", "lora", "--sides", sides, "--out", str(out)]
+           "--grouped", "--warm-run", "--shapes", "qwen2.5-0.5b", "--backends", "lora", "--sides", sides,
+           "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["settings"]["grouped"] and not doc["skipped_runs"]
     by_side = {r["side"]: r for r in doc["results"]}
     assert set(by_side) == set(sides.split(",")) and all(r["ok"] for r in by_side.values())
+    # each side ran once untimed first, in the same process, and stays out of the results and the summary
+    assert doc["settings"]["warm_run"] and [w["side"] for w in doc["warm_runs"]] == sides.split(",")
+    assert all(w["supervised_tokens_per_s"] and not w["error"] for w in doc["warm_runs"])
+    assert len(doc["results"]) == len(by_side)
     assert "group qwen2.5-0.5b" in p.stdout  # one process for the shape's runs
     # On CPU both mens sides take mens' own loss loop: the same loss on the same first row
     assert by_side["mens-chunked"]["first_batch_loss"] == by_side["mens"]["first_batch_loss"]
