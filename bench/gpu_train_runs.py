@@ -229,6 +229,8 @@ class StepClock:
                 "timed_supervised_tokens": sup, "tokens_per_s": round(tok / secs, 1) if secs else None,
                 "supervised_tokens_per_s": round(sup / secs, 1) if secs else None,
                 "step_losses": [s["loss"] for s in self.steps],
+                "step_s": [round(b["t"] - a, 4) for a, b in zip([self.t_start] + [s["t"] for s in self.steps],
+                                                                self.steps, strict=False)],
                 **({"profile": self.profile_table()} if self.prof is not None else {})}
 
 

@@ -84,6 +84,9 @@ def test_tiny_cpu_mode_trains_both_sides_on_the_same_tokens(tmp_path):
     # Real work: rows packed nearly full of the synthetic text (2 timed steps x 2 rows x 128 tokens), not of the
     # chat markers alone (what a tokenizer that lost the text would leave).
     assert mens["packed_rows"] >= 6 and mens["timed_input_tokens"] >= 0.8 * 2 * 2 * 128
+    # every step's own time (warm-up steps included), so a slow stretch inside a run shows where it was
+    assert len(mens["step_s"]) == len(mens["step_losses"]) and all(t > 0 for t in mens["step_s"])
+    assert sum(mens["step_s"][-mens["timed_steps"]:]) == pytest.approx(mens["timed_s"], abs=0.01)
     if importlib.util.find_spec("trl") is None:
         assert "trl" in doc["skipped_sides"]
         return
