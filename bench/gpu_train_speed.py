@@ -183,9 +183,8 @@ def parse_args(argv=None):
                          "paid once; each run still counts only its own peak allocation")
     ap.add_argument("--warm-run", action=argparse.BooleanOptionalAction, default=None,
                     help="with --grouped: each group process first runs each side's first run once, untimed (its "
-                         "record goes to warm_runs): on an H200 the first QLoRA run of mens and of TRL in a process "
-                         "trained 1.3-1.6x slower than their repeats after the same warm-up steps. Default: on with "
-                         "--device cuda")
+                         "record goes to warm_runs): a side's first run in a process can train slower than its "
+                         "repeats after the same warm-up steps (docs/benchmarks.md). Default: on with --device cuda")
     ap.add_argument("--profile", type=int, default=0, metavar="STEPS",
                     help="torch.profiler over this many steps after the warm-up, per run: each record gets the ops "
                          "that take the step's time (rates from profiled runs are not comparable)")
