@@ -114,6 +114,10 @@ def summarize(results: list[dict], meta: dict, peak: float | None, measured: flo
                                     "tokens_per_s": spread(tps), "peak_memory_mb": spread(mem),
                                     "mfu_vs_peak": mfu(med, n, peak), "mfu_vs_measured": mfu(med, n, measured),
                                     "first_batch_loss": rs[0]["first_batch_loss"] if rs else None}
+            # what each mens side ran (a kernel that did not bind changes what the ratios measure)
+            for what in ("attention", "fused_lora_mlp", "layer_kernels"):
+                if seen := sorted({r[what] for r in rs if r.get(what)}):
+                    entry["sides"][side][what] = seen[0] if len(seen) == 1 else seen
         mens = by_side.get("mens", [])
         for peer, prs in by_side.items():
             if peer == "mens" or not mens:

@@ -178,4 +178,6 @@ def test_fused_mlp_and_attention_sides_and_dropout_flag(tmp_path):
     assert by_side["mens-peft"]["first_batch_loss"] == pytest.approx(by_side["mens"]["first_batch_loss"], rel=1e-6)
     assert by_side["mens"]["attention"].startswith("packed rows attend one example at a time")
     assert by_side["mens-mask"]["attention"] == "block mask"
+    sides = doc["summary"]["qwen2.5-0.5b/lora"]["sides"]  # the summary says what each side ran
+    assert sides["mens-mask"]["attention"] == "block mask" and sides["mens-peft"]["fused_lora_mlp"] == "peft's"
     assert by_side["mens-mask"]["first_batch_loss"] == pytest.approx(by_side["mens"]["first_batch_loss"], rel=1e-5)
