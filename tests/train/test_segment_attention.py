@@ -184,20 +184,29 @@ def test_a_call_it_cannot_serve_raises_instead_of_answering_wrong():
         segment_attention_forward(module, q[:, :, :1], q, q, None)
 
 
-def _reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
-    """torch.nn.attention.varlen.varlen_attn's contract, example by example with sdpa (its kernel is CUDA's)."""
-    assert q.dim() == 3 and cu_q.dtype == torch.int32 and torch.equal(cu_q, cu_k) and window_size[1] == 0
-    bounds = cu_q.tolist()
-    assert max_q == max_k == max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
+def _reference_varlen_qk(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1),
+                         enable_gqa=False):
+    """varlen_attn with more keys than queries in a span: queries aligned to the span's last keys (flash
+    attention's causal alignment), example by example with sdpa."""
+    assert q.dim() == 3 and cu_q.dtype == cu_k.dtype == torch.int32 and window_size[1] == 0
+    bq, bk = cu_q.tolist(), cu_k.tolist()
+    assert max_q == max(b - a for a, b in zip(bq, bq[1:], strict=False))
+    assert max_k == max(b - a for a, b in zip(bk, bk[1:], strict=False)) and k.shape[0] == bk[-1]
     outs = []
-    for a, b in zip(bounds, bounds[1:], strict=False):
-        i = torch.arange(b - a)
-        gap = i[:, None] - i[None, :]
+    for (a, b), (c, d) in zip(zip(bq, bq[1:], strict=False), zip(bk, bk[1:], strict=False), strict=True):
+        gap = torch.arange(b - a)[:, None] + (d - c) - (b - a) - torch.arange(d - c)[None, :]
         mask = (gap >= 0) & ((gap <= window_size[0]) if window_size[0] >= 0 else True)
-        x = [t[a:b].transpose(0, 1)[None] for t in (q, k, v)]
+        x = [t.transpose(0, 1)[None] for t in (q[a:b], k[c:d], v[c:d])]
         outs.append(F.scaled_dot_product_attention(*x, attn_mask=mask, scale=scale, enable_gqa=enable_gqa)[0]
                     .transpose(0, 1))
     return torch.cat(outs)
+
+
+def _reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, **kw):
+    """torch.nn.attention.varlen.varlen_attn's contract for one span of keys per span of queries (no shared
+    prefix), example by example with sdpa (its kernel is CUDA's)."""
+    assert torch.equal(cu_q, cu_k) and max_q == max_k
+    return _reference_varlen_qk(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])
@@ -357,24 +366,6 @@ def test_sharing_is_not_bound_when_switched_off_and_is_dropped_on_restore(monkey
     with pytest.raises(NotImplementedError, match="key positions"):  # the CUDA form without its key index
         segment_attention_forward(torch.nn.Module(), q, q, q, None, cu_seq_lens_q=torch.tensor([0, 3, 6]),
                                   shared_prefix_len=3, shared_prefix_end=6)
-
-
-def _reference_varlen_qk(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1),
-                         enable_gqa=False):
-    """varlen_attn with more keys than queries in a span: queries aligned to the span's last keys (flash
-    attention's causal alignment), example by example with sdpa."""
-    assert q.dim() == 3 and cu_q.dtype == cu_k.dtype == torch.int32 and window_size[1] == 0
-    bq, bk = cu_q.tolist(), cu_k.tolist()
-    assert max_q == max(b - a for a, b in zip(bq, bq[1:], strict=False))
-    assert max_k == max(b - a for a, b in zip(bk, bk[1:], strict=False)) and k.shape[0] == bk[-1]
-    outs = []
-    for (a, b), (c, d) in zip(zip(bq, bq[1:], strict=False), zip(bk, bk[1:], strict=False), strict=True):
-        gap = torch.arange(b - a)[:, None] + (d - c) - (b - a) - torch.arange(d - c)[None, :]
-        mask = (gap >= 0) & ((gap <= window_size[0]) if window_size[0] >= 0 else True)
-        x = [t.transpose(0, 1)[None] for t in (q[a:b], k[c:d], v[c:d])]
-        outs.append(F.scaled_dot_product_attention(*x, attn_mask=mask, scale=scale, enable_gqa=enable_gqa)[0]
-                    .transpose(0, 1))
-    return torch.cat(outs)
 
 
 def test_the_cuda_form_calls_a_varlen_attn_without_enable_gqa_as_torch_2_11_has_it(monkeypatch):

@@ -15,9 +15,10 @@ one call for every example of the batch, instead of the memory-efficient kernel 
 its speed on a GPU is NOT MEASURED. Bound only for softmax-attention models whose implementation is "sdpa" or
 "eager", and only when the model's logits on a packed probe batch match its own attention's and a backward pass
 through it runs. Sliding windows are honoured inside each example; attention forms this function does not reproduce
-(logit softcapping, attention sinks, position biases; on CUDA also f32 and attention dropout) fail the probe or the
-checks before it and keep the model's own attention. A micro-batch's common prompt prefix is laid out once
-(`packing.collate_shared`; each example attends to it as to its own copy), bound by a second probe of its own.
+(logit softcapping, attention sinks, position biases; on CUDA also f32 outside autocast and attention dropout) fail
+the probe or the checks before it and keep the model's own attention. A micro-batch's common prompt prefix is laid
+out once (`packing.collate_shared`; each example attends to it as to its own copy), bound by a second probe of its
+own.
 The model's implementation is restored after training (`restore_attention`), and it is never saved: transformers
 leaves `_attn_implementation` out of config.json.
 """
@@ -148,7 +149,8 @@ def _takes_enable_gqa(fn) -> bool:
     """Newer torch (2.13) asks for `enable_gqa=True` when keys have fewer heads than queries; torch 2.11 has no such
     argument and hands fewer key heads straight to the flash kernel, which serves them as grouped-query attention
     (the binding probe checks either against the block mask)."""
-    return "enable_gqa" in inspect.signature(fn).parameters
+    params = inspect.signature(fn).parameters
+    return "enable_gqa" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def register() -> None:
