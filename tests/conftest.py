@@ -126,3 +126,21 @@ def build_tiny_chat_lm(arch: str = "llama"):
                                    max_position_embeddings=256, eos_token_id=hf_tok.eos_token_id)
     model = transformers.LlamaForCausalLM(cfg).eval()
     return model, hf_tok
+
+
+def teach_answer(model, tok, prompts: list[list[int]], answer: str, steps: int = 60):
+    """Train `model` (in place, then eval mode) to answer every prompt with `answer` and its end token, so that
+    its greedy answer is a text that tokenizes back to the same ids (a random model's seldom does)."""
+    import torch
+
+    ids = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        for p in prompts:
+            x = torch.tensor([p + ids])
+            labels = torch.tensor([[-100] * len(p) + ids])
+            model(input_ids=x, labels=labels).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return model.eval()

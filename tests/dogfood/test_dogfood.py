@@ -94,6 +94,9 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     assert parity["merged_vs_adapter"]["tasks"] == 2 and parity["served_vs_merged"]["tasks"] == 2
     # a tiny f32 LoRA merges exactly: the merged model and the server answer as the adapter did
     assert parity["merged_vs_adapter"]["same_text"] == 2 and parity["served_vs_merged"]["same_text"] == 2
+    # each answer either shown by teacher forcing or decoded again; the merged results file says how many
+    adopted = json.loads((out / "eval/merged_results.json").read_text())["greedy_adopted"]
+    assert parity["merged_vs_adapter"]["teacher_forced"] == adopted and 0 <= adopted <= 2
 
     import transformers
 

@@ -44,7 +44,7 @@ def test_a_stream_only_engine_gets_generate_batch_equal_to_joining_its_streams()
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from tests.conftest import build_tiny_chat_lm  # noqa: E402
+from tests.conftest import build_tiny_chat_lm, teach_answer  # noqa: E402
 
 from mens.model.generate import generate_greedy_batch  # noqa: E402
 from mens.model.hf_engine import HFEngine  # noqa: E402
@@ -104,6 +104,45 @@ def test_hf_greedy_answers_are_kept_per_prompt_and_budget(loaded):
     assert engine.generate_batch([chat(PROMPTS[0], max_tokens=5)]) and steps  # another budget: decoded
     steps.clear()
     assert streamed(engine, requests[:1]) == first[:1] and steps  # a stream never takes a kept answer
+
+
+@pytest.fixture
+def one_thread():
+    """One thread (beside other busy processes, more threads are many times slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_hf_adopted_answers_are_not_decoded_and_others_are(monkeypatch, one_thread):
+    """Answers another model gave are adopted where this one is shown to decode exactly them (teacher forcing):
+    those come back without being decoded, the refused one is decoded, and the answers are what decoding them all
+    gives. A sampled request never adopts."""
+    import mens.model.hf_engine as hf_engine
+
+    model, tok = build_tiny_chat_lm("llama")
+    loaded = LoadedModel(model, tok, "You write code.", "tiny", "model")
+    requests = [chat(p, max_tokens=30) for p in PROMPTS]
+    answer = "fn add(a: int) to int { return a + 1 }"
+    teach_answer(model, tok, [HFEngine(loaded).prompt_ids(r) for r in requests[:2]], answer)
+    expected = HFEngine(loaded).generate_batch(requests)
+    assert expected[:2] == [answer, answer]
+
+    engine = HFEngine(loaded)
+    adopted = engine.adopt_greedy([*requests, chat(PROMPTS[0], max_tokens=30, temperature=0.8, seed=1)],
+                                  [answer, answer + " ", expected[2], answer])
+    assert adopted[:2] == [True, False] and adopted[3] is False
+    decoded: list[tuple[int, ...]] = []
+    batch = hf_engine.generate_greedy_batch
+
+    def recording(model, tok, prompts, **kw):
+        decoded.extend(tuple(p) for p in prompts)
+        return batch(model, tok, prompts, **kw)
+
+    monkeypatch.setattr(hf_engine, "generate_greedy_batch", recording)
+    assert engine.generate_batch(requests) == expected
+    assert decoded == [tuple(engine.prompt_ids(r)) for r, a in zip(requests, adopted, strict=False) if not a]
 
 
 def streams_of(engine: HFEngine) -> list[str]:

@@ -1,6 +1,11 @@
 """Does the gain survive the merge? The merged directory and the real HTTP server answer the held-out tasks,
 and their task results are compared with the adapter's (greedy, same prompts).
 
+The merged model is not asked to decode the answers the adapter gave: each is checked by teacher forcing, one
+forward pass over prompt + answer (`HFEngine.adopt_greedy`), and only the answers it is not shown to decode
+exactly are decoded. Where a model's argmax follows the answer token by token and then ends it as decoding would,
+its greedy decoding gives that answer, so the check is as strict as decoding all of them.
+
 The server is `mens serve`'s app under uvicorn on a free loopback port, asked with plain urllib (what any
 OpenAI client sends), so the check covers the whole serving path: chat template, system prompt, stop tokens.
 """

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mens.errors import UsageError
 from mens.evaluate.bench import DEFAULT_BENCH, BenchTask, load_bench
-from mens.evaluate.run import RESULTS_SCHEMA, Decoding, failing_outputs, run_bench
+from mens.evaluate.run import RESULTS_SCHEMA, Decoding, failing_outputs, greedy_requests, run_bench
 from mens.lang import Language, get_language
 from mens.model.engine import Engine
 from mens.run_records import BENCHMARK, BenchmarkResults
@@ -73,8 +73,12 @@ def attach_base(report: dict, base: dict) -> None:
 def eval_local(path: str | Path, bench: str | None = None, *, language: str = "vox", k: int = 1,
                modes: list[str] | None = None, compare_base: bool = False, split: str = "heldout",
                limit: int | None = None, max_new_tokens: int = 256, output: str | Path | None = None,
-               device: str = "auto", progress=None) -> Path:
-    """Evaluate a run or model directory on a bench; returns the path of the written report."""
+               device: str = "auto", progress=None, known_greedy: dict[str, str] | None = None) -> Path:
+    """Evaluate a run or model directory on a bench; returns the path of the written report.
+
+    `known_greedy` (task id -> answer, another model's greedy answers): each one this model is shown to decode
+    exactly (`HFEngine.adopt_greedy`, teacher forcing) is taken as its answer instead of being decoded; the report
+    counts them (`greedy_adopted`). Only decoding is skipped: every answer is checked as usual."""
     from mens.model.hf_engine import HFEngine
     from mens.model.inference import load_for_inference, resolve_base
 
@@ -90,9 +94,16 @@ def eval_local(path: str | Path, bench: str | None = None, *, language: str = "v
         base_loaded = load_for_inference(base_dir, device=device)
         base_loaded.system_prompt = loaded.system_prompt  # the same prompt: the comparison is about the weights
         base_engine = HFEngine(base_loaded, lang)
-    report = evaluate_model(HFEngine(loaded, lang), tasks, lang, modes=modes or ["greedy"], k=k,
+    engine = HFEngine(loaded, lang)
+    adopted = None
+    if known_greedy:
+        known = [t for t in tasks if t.id in known_greedy]
+        adopted = sum(engine.adopt_greedy(greedy_requests(known, max_new_tokens), [known_greedy[t.id] for t in known]))
+    report = evaluate_model(engine, tasks, lang, modes=modes or ["greedy"], k=k,
                             max_new_tokens=max_new_tokens, base_engine=base_engine, progress=progress)
     report.update({"model": str(p), "bench": str(bench or DEFAULT_BENCH), "split": split, "language": language})
+    if adopted is not None:
+        report["greedy_adopted"] = adopted
     out = Path(output) if output else (p / BENCHMARK if p.is_dir() else Path(BENCHMARK))
     BenchmarkResults.parse(report, out).write(out)
     return out

@@ -50,6 +50,11 @@ def _request(task: BenchTask, decoding: Decoding, temperature: float, seed: int,
                              stop_at_closed_block=True)
 
 
+def greedy_requests(tasks: list[BenchTask], max_new_tokens: int) -> list[GenerationRequest]:
+    """The requests `run_bench` makes for greedy answers, one a task (what an engine may adopt answers for)."""
+    return [_request(t, Decoding(), 0.0, 0, max_new_tokens) for t in tasks]
+
+
 def _retry_in_rounds(engine: Engine, tasks: list[BenchTask], lang: Language, decoding: Decoding,
                      max_new_tokens: int, draws: list[list[list]], seeds: list[list[int]]) -> None:
     """Parse-and-retry: every draw ([output, SampleCheck, attempts]) without code is resampled, one round (one

@@ -277,6 +277,91 @@ def _push(kept: list[int], token: int, tokenizer, stop_ids: set[int], stop_text:
     return None
 
 
+TIE_MARGIN = 1e-3
+"""Logit gap below which `greedy_reproduces` does not vouch for a choice: a full-sequence forward and step-by-step
+decoding with a cache round differently (about 1e-5 of a logit in f32), so a nearer second choice is decoded."""
+
+
+def _ends_as_decoded(tokenizer, answer: list[int], max_new_tokens: int, stop_ids: set[int],
+                     stop_text: Callable[[str], bool] | None) -> str | None:
+    """How `_push` would end a row that kept exactly `answer`: "stop_text", "length", "stop" (the next choice must
+    then be a stop token), or None where it could not keep all of it (a stop token inside, too long, or
+    `stop_text` true at an earlier token)."""
+    if len(answer) > max_new_tokens or any(t in stop_ids for t in answer):
+        return None
+    if stop_text is not None:
+        for n in range(1, len(answer)):
+            if stop_text(tokenizer.decode(answer[:n], skip_special_tokens=True)):
+                return None
+        if answer and stop_text(tokenizer.decode(answer, skip_special_tokens=True)):
+            return "stop_text"
+    return "length" if len(answer) == max_new_tokens else "stop"
+
+
+@torch.no_grad()
+def greedy_reproduces(model, tokenizer, prompts: list[list[int]], answers: list[str | list[int]], *,
+                      max_new_tokens: int = 256, stop_ids: set[int] | None = None,
+                      stop_text: Callable[[str], bool] | None = None, batch_size: int = 8) -> list[BatchOutput | None]:
+    """For each prompt, the answer as `generate_greedy_batch` would give it, where this model's greedy decoding is
+    shown to reproduce `answers[i]` (a text, or token ids) exactly; None where it is not (then decode it to know).
+
+    Checked by teacher forcing, one forward pass over prompt + answer: the answer's tokens (a text is tokenized
+    again, and must decode back to the same text) must each be the model's argmax after the tokens before them,
+    by at least TIE_MARGIN over the runner-up, and the answer must end as the decoder would end it (a stop token
+    next, `stop_text` true at its last token and not before, or the token budget). That is what decoding
+    computes, for about the cost of its first step per answer instead of one step per token: why merge parity
+    (mens.dogfood.parity) checks the merged model against the adapter's answers this way.
+    """
+    stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids
+    out: list[BatchOutput | None] = [None] * len(prompts)
+    todo = []
+    texts: list[str] = []
+    for i, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
+        ids = tokenizer(answer, add_special_tokens=False)["input_ids"] if isinstance(answer, str) else list(answer)
+        texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+        finish = _ends_as_decoded(tokenizer, ids, max_new_tokens, stop_ids, stop_text) if prompt else None
+        if finish is not None and (not isinstance(answer, str) or texts[i] == answer):
+            todo.append((i, ids, finish))
+    device = next(model.parameters()).device
+    keep_last = _keeps_last_logits_only(model)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    todo.sort(key=lambda t: len(prompts[t[0]]) + len(t[1]))
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer)
+    for chunk in _chunks(todo, batch_size, lambda t: (len(t[1]) + 1) * vocab):
+        ids, mask, positions = _left_padded([prompts[i] + a for i, a, _ in chunk], pad_id, device)
+        keep = max(len(a) for _, a, _ in chunk) + 1  # the logits that choose each answer token and the one after
+        inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+        if keep_last:
+            inputs["logits_to_keep"] = keep
+        logits = model(**inputs, use_cache=False).logits[:, -keep:].float().cpu()
+        for row, (i, answer, finish) in enumerate(chunk):
+            chosen = logits[row, keep - len(answer) - 1 :]  # row's choices for answer[0..n-1], then the next token
+            top = chosen.topk(2, dim=-1)
+            checked = len(answer) + (finish == "stop")
+            wanted = torch.tensor(answer, dtype=torch.long)
+            if not bool((top.indices[: len(answer), 0] == wanted).all()):
+                continue
+            if finish == "stop" and int(top.indices[-1, 0]) not in stop_ids:
+                continue
+            if bool(((top.values[:checked, 0] - top.values[:checked, 1]) < TIE_MARGIN).any()):
+                continue
+            out[i] = BatchOutput(texts[i], answer, finish)
+    return out
+
+
+def _chunks(items: list, rows: int, logits_of: Callable[[object], int], budget: int = 2**26) -> Iterator[list]:
+    """Consecutive chunks of at most `rows` items whose kept logits (rows x the longest item's) stay within
+    `budget` elements (256 MB in f32); an item over it alone gets a chunk of its own."""
+    chunk: list = []
+    for item in items:
+        if chunk and (len(chunk) == rows or (len(chunk) + 1) * max(map(logits_of, [*chunk, item])) > budget):
+            yield chunk
+            chunk = []
+        chunk.append(item)
+    if chunk:
+        yield chunk
+
+
 def constraint_accepts(tokenizer, token_ids: list[int], constraint: Constraint) -> bool:
     """Whether greedy constrained decoding would keep exactly `token_ids` and then stop, with the same text,
     given that they are the model's greedy choice followed by a stop token.

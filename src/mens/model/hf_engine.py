@@ -21,6 +21,7 @@ from mens.model.generate import (
     code_block_closed,
     constraint_accepts,
     generate_greedy_batch,
+    greedy_reproduces,
     stream_tokens,
 )
 from mens.model.inference import LoadedModel
@@ -136,6 +137,27 @@ class HFEngine:
                 if i not in counted:
                     finished.add(1)
         return answers  # type: ignore[return-value]
+
+    def adopt_greedy(self, requests: list[GenerationRequest], answers: list[str]) -> list[bool]:
+        """Keep `answers[i]` as request i's greedy answer where this model is shown to decode exactly it
+        (`greedy_reproduces`: teacher forcing, one forward pass per batch), so that `generate_batch` then decodes
+        only the others. For answers another model gave (merge parity: the adapter's). Which were kept, in order;
+        requests that are not greedy and unconstrained are never kept."""
+        rows = [i for i, r in enumerate(requests) if self._sampling(r)[0] == 0 and not self._constrains(r)]
+        kept = [False] * len(requests)
+        groups: dict[tuple[int, bool], list[int]] = {}
+        for i in rows:
+            groups.setdefault((requests[i].max_tokens, requests[i].stop_at_closed_block), []).append(i)
+        for (max_tokens, stop_at_block), idx in groups.items():
+            prompts = [self.prompt_ids(requests[i]) for i in idx]
+            outs = greedy_reproduces(self.loaded.model, self.loaded.tokenizer, prompts, [answers[i] for i in idx],
+                                     max_new_tokens=max_tokens, batch_size=self.batch_size,
+                                     stop_text=code_block_closed if stop_at_block else None)
+            for i, prompt, out in zip(idx, prompts, outs, strict=True):
+                if out is not None:
+                    self._greedy[(tuple(prompt), max_tokens, stop_at_block)] = out
+                    kept[i] = True
+        return kept
 
     def _decode_greedy(self, keys: list[GreedyKey], finished: _Finished) -> None:
         """Decode (in batches) the greedy answers of `keys` not kept yet, and keep them."""
