@@ -41,9 +41,10 @@ native bf16 (dogfood-budget30-bf16-*-vm.json) and 1.6-2.5 times on a bf16 CPU ca
 avx2cap-*-vm.json). The most ever measured, 3.55, was a LoRA+ model before mimalloc (dogfood-budget30-loraplus-vm.json),
 whose failures take longer to retry and constrain. In all of those the parity stage decoded every held-out answer
 again with the merged model (0.7-1.1 times the base eval); it now checks them by teacher forcing and decodes only
-the few it cannot show (on 60 tasks: 14 s against 46 s for decoding them all, 2 decoded), which takes about 0.4 of
-the base eval off. 3.1 covers the worst case less that, together with the margin the run's re-fitted length
-leaves below its time limit (mens.train.schedule.REFIT_TARGET: 3% of the training time)."""
+the few it cannot show: 18.5-19.1 s against 39.1-41.3 s for decoding all 60 (bench/results/parity-speed-bf16-vm.json),
+about 0.3 of the base eval less. 3.1 covers the worst case less that (3.26) together with the margin the run's
+re-fitted length leaves below its time limit (mens.train.schedule.REFIT_TARGET: 3% of the training time, 0.3-0.5
+base evals on those runs)."""
 POST_TRAIN_FIXED_S = 30.0
 """Merge, model card and report, whatever the task count."""
 SAFETY = 0.92

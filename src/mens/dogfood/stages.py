@@ -350,7 +350,7 @@ def parity(ctx: Context) -> str:
     if adapter is None:
         return "skipped: the tuned model was not evaluated greedily (add greedy to --modes)"
     # The adapter's answers that the merged model is shown to decode exactly (teacher forcing: one forward pass
-    # each) are not decoded again; the rest are. As strict as decoding all, at about a third of its time.
+    # each) are not decoded again; the rest are. As strict as decoding all, in about half its time.
     out = eval_local(ctx.path("merged"), str(ctx.path("bench", "heldout.jsonl")), language=LANGUAGE, modes=["greedy"],
                      split="all", limit=ctx.cfg.limit, max_new_tokens=ctx.cfg.max_new_tokens,
                      output=ctx.path("eval", "merged_results.json"), device=ctx.cfg.device,
