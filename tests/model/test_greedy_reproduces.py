@@ -102,6 +102,19 @@ def test_a_text_is_reproduced_only_where_it_tokenizes_back_to_itself():
     assert greedy_reproduces(model, tok, prompts[:1], [spelled], max_new_tokens=40, stop_ids={-1}) == [None]
 
 
+def test_a_half_precision_model_needs_the_wider_margin(monkeypatch):
+    model, tok = build_tiny_chat_lm("llama")
+    prompts = _prompts(tok)
+    model = teach_answer(model, tok, prompts, ANSWER).to(torch.bfloat16)
+    decoded = generate_greedy_batch(model, tok, prompts, max_new_tokens=40)
+    assert [d.text for d in decoded] == [ANSWER] * len(prompts)
+    monkeypatch.setattr(generate, "TIE_MARGIN", float("inf"))  # not the f32 margin: bf16 reads HALF_TIE_MARGIN
+    got = greedy_reproduces(model, tok, prompts, [ANSWER] * len(prompts), max_new_tokens=40)
+    assert all(_same(g, d) for g, d in zip(got, decoded, strict=True))
+    monkeypatch.setattr(generate, "HALF_TIE_MARGIN", float("inf"))
+    assert greedy_reproduces(model, tok, prompts, [ANSWER] * len(prompts), max_new_tokens=40) == [None] * len(prompts)
+
+
 def test_chunks_keep_the_logits_budget():
     chunks = list(generate._chunks(list(range(1, 9)), 3, lambda n: n * 10, budget=100))
     assert [x for c in chunks for x in c] == list(range(1, 9))

@@ -278,8 +278,12 @@ def _push(kept: list[int], token: int, tokenizer, stop_ids: set[int], stop_text:
 
 
 TIE_MARGIN = 1e-3
-"""Logit gap below which `greedy_reproduces` does not vouch for a choice: a full-sequence forward and step-by-step
-decoding with a cache round differently (about 1e-5 of a logit in f32), so a nearer second choice is decoded."""
+"""Logit gap below which `greedy_reproduces` does not vouch for a choice of an f32 model: a full-sequence forward and
+step-by-step decoding with a cache round differently (about 1e-5 of a logit in f32), so a nearer second choice is
+decoded."""
+HALF_TIE_MARGIN = 0.5
+"""The same for a model that computes in bf16 or f16 (inference on CUDA): 8 or 11 bits of mantissa put one rounding
+of a logit of 20-30 at 0.01-0.1, and two kernel paths may differ by a few of them."""
 
 
 def _ends_as_decoded(tokenizer, answer: list[int], max_new_tokens: int, stop_ids: set[int],
@@ -307,10 +311,10 @@ def greedy_reproduces(model, tokenizer, prompts: list[list[int]], answers: list[
 
     Checked by teacher forcing, one forward pass over prompt + answer: the answer's tokens (a text is tokenized
     again, and must decode back to the same text) must each be the model's argmax after the tokens before them,
-    by at least TIE_MARGIN over the runner-up, and the answer must end as the decoder would end it (a stop token
-    next, `stop_text` true at its last token and not before, or the token budget). That is what decoding
-    computes, for about the cost of its first step per answer instead of one step per token: why merge parity
-    (mens.dogfood.parity) checks the merged model against the adapter's answers this way.
+    by at least TIE_MARGIN (HALF_TIE_MARGIN in bf16/f16) over the runner-up, and the answer must end as the
+    decoder would end it (a stop token next, `stop_text` true at its last token and not before, or the token
+    budget). That is what decoding computes, for about the cost of its first step per answer instead of one step
+    per token: why merge parity (mens.dogfood.parity) checks the merged model against the adapter's answers so.
     """
     stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids
     out: list[BatchOutput | None] = [None] * len(prompts)
@@ -322,7 +326,8 @@ def greedy_reproduces(model, tokenizer, prompts: list[list[int]], answers: list[
         finish = _ends_as_decoded(tokenizer, ids, max_new_tokens, stop_ids, stop_text) if prompt else None
         if finish is not None and (not isinstance(answer, str) or texts[i] == answer):
             todo.append((i, ids, finish))
-    device = next(model.parameters()).device
+    first = next(model.parameters())
+    device, margin = first.device, TIE_MARGIN if first.dtype == torch.float32 else HALF_TIE_MARGIN
     keep_last = _keeps_last_logits_only(model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     todo.sort(key=lambda t: len(prompts[t[0]]) + len(t[1]))
@@ -343,7 +348,7 @@ def greedy_reproduces(model, tokenizer, prompts: list[list[int]], answers: list[
                 continue
             if finish == "stop" and int(top.indices[-1, 0]) not in stop_ids:
                 continue
-            if bool(((top.values[:checked, 0] - top.values[:checked, 1]) < TIE_MARGIN).any()):
+            if bool(((top.values[:checked, 0] - top.values[:checked, 1]) < margin).any()):
                 continue
             out[i] = BatchOutput(texts[i], answer, finish)
     return out
