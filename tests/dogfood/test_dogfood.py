@@ -97,6 +97,7 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     # each answer either shown by teacher forcing or decoded again; the merged results file says how many
     adopted = json.loads((out / "eval/merged_results.json").read_text())["greedy_adopted"]
     assert parity["merged_vs_adapter"]["teacher_forced"] == adopted and 0 <= adopted <= 2
+    assert summary["merge_parity"]["merged_vs_adapter"] == {"tasks": 2, "same_result": 2, "teacher_forced": adopted}
 
     import transformers
 

@@ -289,7 +289,7 @@ class Pipeline:
             round1=({m: {k: v.get(k) for k in ("nonempty_parse_rate", "pass_at_1")} for m, v in round1.modes.items()}
                     if round1 else None),
             gate=receipt.overall_passed if receipt else None,
-            merge_parity={k: {"tasks": v.get("tasks"), "same_result": v.get("same_result")}
+            merge_parity={k: {f: v.get(f) for f in ("tasks", "same_result", "teacher_forced") if f in v}
                           for k, v in (parity.to_json() if parity else {}).items() if isinstance(v, dict)},
             merged=str(self.ctx.path("merged")), card=str(self.ctx.run / MODEL_CARD),
             report=str(self.ctx.run / REPORT),
