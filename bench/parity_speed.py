@@ -59,18 +59,19 @@ def main() -> None:
     wrong = [t.id for t, k, d in zip(tasks, kept, decoded, strict=True) if k and d != answers[t.id]]
     tok = loaded.tokenizer
     refused = []
-    for task, k, request in zip(tasks, kept, requests, strict=True):
+    prompt_ids = HFEngine(loaded, lang).prompt_ids
+    for task, k, request, answer in zip(tasks, kept, requests, decoded, strict=True):
         if k:
             continue
         text = answers[task.id]
         ids = tok(text, add_special_tokens=False)["input_ids"]
-        prompt = HFEngine(loaded, lang).prompt_ids(request)
+        prompt = prompt_ids(request)
         with torch.no_grad():
             logits = loaded.model(input_ids=torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
         top = logits.topk(2, dim=-1)
         first = next((j for j in range(len(ids)) if int(top.indices[j, 0]) != ids[j]), None)
         gap = float((top.values[:, 0] - top.values[:, 1]).min()) if len(ids) else None
-        refused.append({"id": task.id, "decoded_equals_adapter": decoded[tasks.index(task)] == text,
+        refused.append({"id": task.id, "decoded_equals_adapter": answer == text,
                         "first_other_choice_at": first, "smallest_gap": gap,
                         "why": "the model chose other ids for the same text" if first is not None
                         else f"a gap under {TIE_MARGIN}" if gap is not None and gap < TIE_MARGIN else "how it ends"})

@@ -54,13 +54,19 @@ PROMPTS = ["write add", "write a much longer thing please, with more words", "x"
 
 
 @pytest.fixture
-def loaded():
-    """A tiny chat model, run on one thread (beside other busy processes, more threads are many times slower)."""
+def one_thread():
+    """One thread (beside other busy processes, more threads are many times slower)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    model, tok = build_tiny_chat_lm("llama")
-    yield LoadedModel(model, tok, "You write code.", "tiny", "model")
+    yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def loaded(one_thread):
+    """A tiny chat model, run on one thread."""
+    model, tok = build_tiny_chat_lm("llama")
+    return LoadedModel(model, tok, "You write code.", "tiny", "model")
 
 
 def chat(prompt: str, **kw) -> GenerationRequest:
@@ -104,15 +110,6 @@ def test_hf_greedy_answers_are_kept_per_prompt_and_budget(loaded):
     assert engine.generate_batch([chat(PROMPTS[0], max_tokens=5)]) and steps  # another budget: decoded
     steps.clear()
     assert streamed(engine, requests[:1]) == first[:1] and steps  # a stream never takes a kept answer
-
-
-@pytest.fixture
-def one_thread():
-    """One thread (beside other busy processes, more threads are many times slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_hf_adopted_answers_are_not_decoded_and_others_are(monkeypatch, one_thread):
