@@ -147,3 +147,128 @@ def test_batched_sampling_equals_single_stream_with_the_same_seeds(tiny):
     assert len({tuple(o.token_ids) for o in outs}) > 1
     with pytest.raises(ValueError, match="one seed per prompt"):
         generate_greedy_batch(model, tok, prompts, temperature=0.9)
+
+
+def _batch_rows_per_step(model) -> tuple[list[int], object]:
+    """Rows of input_ids in each forward call of `model`, recorded by a pre-hook (remove it with .remove())."""
+    rows: list[int] = []
+    handle = model.register_forward_pre_hook(lambda _m, _a, kw: rows.append(kw["input_ids"].shape[0]),
+                                             with_kwargs=True)
+    return rows, handle
+
+
+@pytest.fixture(scope="module")
+def varied():
+    """The tiny model with larger random weights, so that different prompts get different answers."""
+    model, tok = build_tiny_chat_lm("llama")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    return model, tok
+
+
+def _early_stop(model, tok, prompts) -> int:
+    """A stop token that ends the first prompt's answer early and leaves some other answer going."""
+    free = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids=set())
+    for token in free[0].token_ids[1:6]:
+        if any(token not in o.token_ids[:8] for o in free[1:]):
+            return token
+    pytest.skip("no token ends the first answer early and another one late")
+
+
+def test_ended_rows_leave_the_batch_and_the_answers_stay_the_same(varied, monkeypatch):
+    """Answers that have ended are dropped from the batch and its KV cache, so a step computes only the answers
+    still going; every answer is still the single-stream one, greedy and sampled, and the same as when ended rows
+    ride along."""
+    import mens.model.generate as gen
+
+    model, tok = varied
+    prompts = _prompts(tok)
+    stop = {_early_stop(model, tok, prompts)}
+    rows, handle = _batch_rows_per_step(model)
+    try:
+        outs = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids=stop, batch_size=16)
+    finally:
+        handle.remove()
+    lengths = sorted(len(o.token_ids) for o in outs)
+    assert rows[0] == len(prompts) and min(rows) < len(prompts)
+    assert rows == [sum(1 for n in lengths if n >= step or n == 12) for step in range(len(rows))]
+    for ids, out in zip(prompts, outs, strict=True):
+        assert out.token_ids == _single(model, tok, ids, max_new_tokens=12, stop_ids=stop)[0]
+    sampled = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids=stop, temperature=0.9,
+                                    seeds=[5, 6, 7, 8])
+    monkeypatch.setattr(gen, "_drop_ended", lambda *a: False)  # the cache cannot drop rows: they ride along
+    rows, handle = _batch_rows_per_step(model)
+    try:
+        along = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids=stop, batch_size=16)
+        sampled_along = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids=stop,
+                                              temperature=0.9, seeds=[5, 6, 7, 8])
+    finally:
+        handle.remove()
+    assert set(rows) == {len(prompts)}
+    assert [o.token_ids for o in along] == [o.token_ids for o in outs]
+    assert [o.token_ids for o in sampled_along] == [o.token_ids for o in sampled]
+    assert [o.finish for o in along] == [o.finish for o in outs]
+
+
+def test_only_plain_key_value_caches_drop_rows():
+    """A cache with any other per-row state (here a static layer) is left untouched and the caller told so."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer, StaticLayer
+
+    from mens.model.generate import _drop_ended
+
+    def filled(layer_types):
+        cache = DynamicCache()
+        cache.layers = [t() if t is DynamicLayer else t(max_cache_len=8) for t in layer_types]
+        for i, layer in enumerate(cache.layers):
+            kv = torch.arange(3 * 2 * 4 * 5, dtype=torch.float32).reshape(3, 2, 4, 5) + i
+            if isinstance(layer, DynamicLayer):
+                layer.update(kv, kv.clone())
+        return cache
+
+    plain = filled([DynamicLayer, DynamicLayer])
+    assert _drop_ended(plain, [0, 2], "cpu")
+    assert all(layer.keys.shape[0] == 2 and torch.equal(layer.keys[1, 0, 0], torch.arange(80, 85) + i)
+               for i, layer in enumerate(plain.layers))
+    mixed = filled([DynamicLayer, StaticLayer])
+    assert not _drop_ended(mixed, [0, 2], "cpu")
+    assert mixed.layers[0].keys.shape[0] == 3
+    assert not _drop_ended(None, [0], "cpu") and not _drop_ended((), [0], "cpu")
+
+
+def test_a_model_that_returns_every_position_gets_fewer_prompts_at_once(tiny, monkeypatch):
+    import mens.model.generate as gen
+
+    model, tok = tiny
+    prompts = _prompts(tok)
+    monkeypatch.setattr(gen, "_keeps_last_logits_only", lambda m: False)
+    monkeypatch.setattr(gen, "PREFILL_LOGITS", 2 * max(map(len, prompts)) * len(tok))
+    rows, handle = _batch_rows_per_step(model)
+    try:
+        outs = generate_greedy_batch(model, tok, prompts, max_new_tokens=4, stop_ids=set(), batch_size=16)
+    finally:
+        handle.remove()
+    assert max(rows) == 2 and rows[0] == 2
+    for ids, out in zip(prompts, outs, strict=True):
+        assert out.token_ids == _single(model, tok, ids, max_new_tokens=4, stop_ids=set())[0]
+
+
+def test_a_batch_keeps_its_kv_cache_within_its_budget(tiny, monkeypatch):
+    import mens.model.generate as gen
+
+    model, tok = tiny
+    prompts = _prompts(tok)
+    cfg = model.config
+    per_token = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4
+    assert gen._cache_bytes_per_token(model) == per_token
+    monkeypatch.setattr(gen, "CACHE_BYTES", 3 * per_token * (max(map(len, prompts)) + 4))
+    rows, handle = _batch_rows_per_step(model)
+    try:
+        outs = generate_greedy_batch(model, tok, prompts, max_new_tokens=4, stop_ids=set(), batch_size=16)
+    finally:
+        handle.remove()
+    assert rows[0] == 3 and max(rows) == 3
+    for ids, out in zip(prompts, outs, strict=True):
+        assert out.token_ids == _single(model, tok, ids, max_new_tokens=4, stop_ids=set())[0]

@@ -33,18 +33,15 @@ from mens.errors import UsageError
 
 PROBE_STEPS = 4
 """Optimizer steps the probe trains; the first is not timed (allocation, first-call kernels)."""
-POST_TRAIN_FACTOR = 3.1
-"""The stages after training against the base model's greedy evaluation (same tasks, same token budget). The tuned
-eval (three modes) plus merge, parity and card took 2.3-3.0 times the base eval on 30-minute runs on an AVX2-only
-AMD EPYC (bench/results/dogfood-budget30-{vm,fused,mimalloc,segments,loraplus-a146222}-vm.json), 1.6-2.0 times with
-native bf16 (dogfood-budget30-bf16-*-vm.json) and 1.6-2.5 times on a bf16 CPU capped to AVX2 (dogfood-budget30-
-avx2cap-*-vm.json). The most ever measured, 3.55, was a LoRA+ model before mimalloc (dogfood-budget30-loraplus-vm.json),
-whose failures take longer to retry and constrain. In all of those the parity stage decoded every held-out answer
-again with the merged model (0.7-1.1 times the base eval); it now checks them by teacher forcing and decodes only
-the few it cannot show: 18.5-19.1 s against 39.1-41.3 s for decoding all 60 (bench/results/parity-speed-bf16-vm.json),
-about 0.3 of the base eval less. 3.1 covers the worst case less that (3.26) together with the margin the run's
-re-fitted length leaves below its time limit (mens.train.schedule.REFIT_TARGET: 3% of the training time, 0.3-0.5
-base evals on those runs)."""
+POST_TRAIN_FACTOR = 4.0
+"""The stages after training against the base model's greedy evaluation (same tasks, same token budget). Both
+decode in batches whose ended answers leave the batch, which made the base eval (long answers that all run to the
+token budget) 2.0x faster and the tuned eval's three modes 1.4x (bench/results/eval-batch-avx2cap-f32-vm.json): the
+stages after training of the current recipe's model (tuned eval, merge, parity by teacher forcing, card) then take
+about 2.7 base evals on the f32 path. 4.0 leaves 1.3 more for a weaker model (more failures to retry and constrain,
+one at a time); a much weaker one (7-10 unparsed answers of 60, as from 27% of the recipe on an AVX2-only CPU:
+3.0-3.55 base evals before batches dropped ended answers) may use the margin that the run's re-fitted length leaves
+below its time limit as well (mens.train.schedule.REFIT_TARGET: 3% of the training time, about a base eval)."""
 POST_TRAIN_FIXED_S = 30.0
 """Merge, model card and report, whatever the task count."""
 SAFETY = 0.92
