@@ -5,7 +5,7 @@ with `--compare-base` the base model answers the same tasks (greedy) in the same
 `benchmark_results.json` in the run directory (or --output), with the failing outputs listed.
 
 The model answers through `mens.model.hf_engine.HFEngine`, the engine `mens serve` uses: it decodes greedy answers
-in batches (on CPU a step for 16 answers costs about as much as a step for one) and keeps them between modes, so
+in batches of up to 64 that answers leave as they end, and keeps them between modes, so
 retry starts from them and constrained decoding keeps the ones its constraint would have produced anyway.
 Unconstrained answers end once a fenced code block is closed.
 """
