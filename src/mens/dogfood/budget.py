@@ -37,9 +37,10 @@ POST_TRAIN_FACTOR = 4.0
 """The stages after training against the base model's greedy evaluation (same tasks, same token budget). Both
 decode in batches whose ended answers leave the batch, which made the base eval (long answers that all run to the
 token budget) 2.0x faster and the tuned eval's three modes 1.4x (bench/results/eval-batch-avx2cap-f32-vm.json): the
-stages after training of the current recipe's model (tuned eval, merge, parity by teacher forcing, card) then take
-about 2.7 base evals on the f32 path. 4.0 leaves 1.3 more for a weaker model (more failures to retry and constrain,
-one at a time); a much weaker one (7-10 unparsed answers of 60, as from 27% of the recipe on an AVX2-only CPU:
+stages after training of the current recipe's models (tuned eval, merge, parity by teacher forcing, card) then took
+1.9-2.0 base evals in dogfood on the f32 path (dogfood-budget30-avx2cap-batch-seed*-vm.json); the benchmark's
+model's tuned eval alone took 1.7 (59.1 against 34.9 s), about 2.7 with parity and merge. 4.0 leaves 1.3 more for a
+weaker model (more failures to retry and constrain, one at a time); a much weaker one (7-10 unparsed answers of 60, as from 27% of the recipe on an AVX2-only CPU:
 3.0-3.55 base evals before batches dropped ended answers) may use the margin that the run's re-fitted length leaves
 below its time limit as well (mens.train.schedule.REFIT_TARGET: 3% of the training time, about a base eval)."""
 POST_TRAIN_FIXED_S = 30.0
