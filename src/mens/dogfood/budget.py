@@ -40,9 +40,10 @@ token budget) 2.0x faster and the tuned eval's three modes 1.4x (bench/results/e
 stages after training of the current recipe's models (tuned eval, merge, parity by teacher forcing, card) then took
 1.9-2.0 base evals in dogfood on the f32 path (dogfood-budget30-avx2cap-batch-seed*-vm.json); the benchmark's
 model's tuned eval alone took 1.7 (59.1 against 34.9 s), about 2.7 with parity and merge. 4.0 leaves 1.3 more for a
-weaker model (more failures to retry and constrain, one at a time); a much weaker one (7-10 unparsed answers of 60, as from 27% of the recipe on an AVX2-only CPU:
-3.0-3.55 base evals before batches dropped ended answers) may use the margin that the run's re-fitted length leaves
-below its time limit as well (mens.train.schedule.REFIT_TARGET: 3% of the training time, about a base eval)."""
+weaker model (more failures to retry and constrain, one at a time). A much weaker one (7-10 unparsed answers of 60,
+as from 27% of the recipe on an AVX2-only CPU: 3.0-3.55 base evals before batches dropped ended answers) may use
+the margin that the run's re-fitted length leaves below its time limit as well (mens.train.schedule.REFIT_TARGET:
+3% of the training time, about a base eval)."""
 POST_TRAIN_FIXED_S = 30.0
 """Merge, model card and report, whatever the task count."""
 SAFETY = 0.92
