@@ -6,7 +6,8 @@ step faster. The frozen base weights could be int8 (per output channel), with th
 gradients quantized per row on the fly (`torch._int_mm`, which follows the oneDNN ISA cap): this times the forward
 (x @ W^T) and the input gradient (dy @ W) of SmolLM2-135M's projection shapes at a step's token count, f32 against
 int8 with its quantize and dequantize, alternating (`--rounds`), and reports each one's error against f32.
-Writes bench/results/int8-matmul-<host>.json. Run: `python bench/int8_matmul_speed.py [--tokens 955] [--rounds 3] [--output PATH]`.
+Writes bench/results/int8-matmul-<host>.json.
+Run: `python bench/int8_matmul_speed.py [--tokens 955] [--rounds 3] [--output PATH]`.
 """
 
 from __future__ import annotations
