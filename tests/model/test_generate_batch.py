@@ -228,14 +228,15 @@ def test_only_plain_key_value_caches_drop_rows():
                 layer.update(kv, kv.clone())
         return cache
 
+    rows = torch.tensor([0, 2])
     plain = filled([DynamicLayer, DynamicLayer])
-    assert _drop_ended(plain, [0, 2], "cpu")
+    assert _drop_ended(plain, rows)
     assert all(layer.keys.shape[0] == 2 and torch.equal(layer.keys[1, 0, 0], torch.arange(80, 85) + i)
                for i, layer in enumerate(plain.layers))
     mixed = filled([DynamicLayer, StaticLayer])
-    assert not _drop_ended(mixed, [0, 2], "cpu")
+    assert not _drop_ended(mixed, rows)
     assert mixed.layers[0].keys.shape[0] == 3
-    assert not _drop_ended(None, [0], "cpu") and not _drop_ended((), [0], "cpu")
+    assert not _drop_ended(None, rows) and not _drop_ended((), rows)
 
 
 def test_a_model_that_returns_every_position_gets_fewer_prompts_at_once(tiny, monkeypatch):

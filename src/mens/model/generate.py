@@ -293,9 +293,8 @@ def _greedy_chunk(model, tokenizer, prompts: list[list[int]], max_new_tokens: in
         if all(finish[r] is not None for r in live):
             break
         going = [b for b, r in enumerate(live) if finish[r] is None]
-        if len(going) < len(live) and _drop_ended(past, going, device):
+        if len(going) < len(live) and _drop_ended(past, index := torch.tensor(going, device=device)):
             live, tokens = [live[b] for b in going], [tokens[b] for b in going]
-            index = torch.tensor(going, device=device)
             mask, positions = mask[index], positions[index]
         ids = torch.tensor([[t] for t in tokens], device=device)
         mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
@@ -307,17 +306,18 @@ def _greedy_chunk(model, tokenizer, prompts: list[list[int]], max_new_tokens: in
     return [BatchOutput(tokenizer.decode(k, skip_special_tokens=True), k, f) for k, f in zip(kept, finish, strict=True)]
 
 
-def _drop_ended(past, going: list[int], device) -> bool:
-    """Keep only the batch rows `going` in the KV cache; False (cache untouched) where the cache holds any state
-    other than per-row keys and values (linear-attention or recurrent layers, static, quantized or offloaded
-    caches), whose rows are not all selected by transformers, so that the caller lets ended rows ride along."""
+def _drop_ended(past, going: torch.Tensor) -> bool:
+    """Keep only the batch rows `going` (indices) in the KV cache; False (cache untouched) where the cache holds
+    any state other than per-row keys and values (linear-attention or recurrent layers, static, quantized or
+    offloaded caches), whose rows are not all selected by transformers, so that the caller lets ended rows ride
+    along."""
     from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
 
     layers = getattr(past, "layers", None)
     if type(past) is not DynamicCache or not layers or \
             not all(type(x) in (DynamicLayer, DynamicSlidingWindowLayer) for x in layers):
         return False
-    past.batch_select_indices(torch.tensor(going, device=device))
+    past.batch_select_indices(going)
     return True
 
 
