@@ -29,7 +29,7 @@ def main() -> None:
 
     import torch
 
-    import mens.model.generate as gen
+    import mens.model.batch_decode as gen
     from mens.dogfood.parity import finished_run
     from mens.evaluate.bench import load_bench
     from mens.evaluate.local import evaluate_model

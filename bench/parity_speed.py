@@ -31,7 +31,7 @@ def main() -> None:
     from mens.evaluate.bench import load_bench
     from mens.evaluate.run import greedy_requests
     from mens.lang import get_language
-    from mens.model.generate import TIE_MARGIN
+    from mens.model.batch_decode import TIE_MARGIN
     from mens.model.hf_engine import HFEngine
     from mens.model.inference import load_for_inference
 

@@ -46,7 +46,7 @@ pytest.importorskip("transformers")
 
 from tests.conftest import build_tiny_chat_lm, teach_answer  # noqa: E402
 
-from mens.model.generate import generate_greedy_batch  # noqa: E402
+from mens.model.batch_decode import generate_greedy_batch  # noqa: E402
 from mens.model.hf_engine import HFEngine  # noqa: E402
 from mens.model.inference import LoadedModel  # noqa: E402
 

@@ -9,12 +9,12 @@ transformers = pytest.importorskip("transformers")
 
 from tests.conftest import build_tiny_chat_lm  # noqa: E402
 
+from mens.model.batch_decode import generate_greedy_batch  # noqa: E402
 from mens.model.generate import (  # noqa: E402
     Constraint,
     chat_input_ids,
     code_block_closed,
     constraint_accepts,
-    generate_greedy_batch,
     stream_tokens,
 )
 
@@ -182,7 +182,7 @@ def test_ended_rows_leave_the_batch_and_the_answers_stay_the_same(varied, monkey
     """Answers that have ended are dropped from the batch and its KV cache, so a step computes only the answers
     still going; every answer is still the single-stream one, greedy and sampled, and the same as when ended rows
     ride along."""
-    import mens.model.generate as gen
+    import mens.model.batch_decode as gen
 
     model, tok = varied
     prompts = _prompts(tok)
@@ -217,7 +217,7 @@ def test_only_plain_key_value_caches_drop_rows():
     """A cache with any other per-row state (here a static layer) is left untouched and the caller told so."""
     from transformers.cache_utils import DynamicCache, DynamicLayer, StaticLayer
 
-    from mens.model.generate import _drop_ended
+    from mens.model.batch_decode import _drop_ended
 
     def filled(layer_types):
         cache = DynamicCache()
@@ -240,7 +240,7 @@ def test_only_plain_key_value_caches_drop_rows():
 
 
 def test_a_model_that_returns_every_position_gets_fewer_prompts_at_once(tiny, monkeypatch):
-    import mens.model.generate as gen
+    import mens.model.batch_decode as gen
 
     model, tok = tiny
     prompts = _prompts(tok)
@@ -257,7 +257,7 @@ def test_a_model_that_returns_every_position_gets_fewer_prompts_at_once(tiny, mo
 
 
 def test_a_batch_keeps_its_kv_cache_within_its_budget(tiny, monkeypatch):
-    import mens.model.generate as gen
+    import mens.model.batch_decode as gen
 
     model, tok = tiny
     prompts = _prompts(tok)

@@ -9,8 +9,9 @@ transformers = pytest.importorskip("transformers")
 
 from tests.conftest import build_tiny_chat_lm, teach_answer  # noqa: E402
 
-import mens.model.generate as generate  # noqa: E402
-from mens.model.generate import chat_input_ids, generate_greedy_batch, greedy_reproduces  # noqa: E402
+import mens.model.batch_decode as batch_decode  # noqa: E402
+from mens.model.batch_decode import generate_greedy_batch, greedy_reproduces  # noqa: E402
+from mens.model.generate import chat_input_ids  # noqa: E402
 
 PROMPTS = ["add one", "hello world hello", "fn add(a: int) to int { return a + 1 } and more words 0123", "9"]
 
@@ -78,7 +79,7 @@ def test_another_models_answers_and_near_ties_are_refused(tiny, monkeypatch):
     other = transformers.LlamaForCausalLM(model.config).eval()
     assert greedy_reproduces(other, tok, prompts, [d.token_ids for d in decoded], max_new_tokens=12,
                              stop_ids=set()) == [None] * len(prompts)
-    monkeypatch.setattr(generate, "TIE_MARGIN", float("inf"))  # every choice a near tie: nothing is vouched for
+    monkeypatch.setattr(batch_decode, "TIE_MARGIN", float("inf"))  # every choice a near tie: nothing is vouched for
     assert greedy_reproduces(model, tok, prompts, [d.token_ids for d in decoded], max_new_tokens=12,
                              stop_ids=set()) == [None] * len(prompts)
 
@@ -108,14 +109,14 @@ def test_a_half_precision_model_needs_the_wider_margin(monkeypatch):
     model = teach_answer(model, tok, prompts, ANSWER).to(torch.bfloat16)
     decoded = generate_greedy_batch(model, tok, prompts, max_new_tokens=40)
     assert [d.text for d in decoded] == [ANSWER] * len(prompts)
-    monkeypatch.setattr(generate, "TIE_MARGIN", float("inf"))  # not the f32 margin: bf16 reads HALF_TIE_MARGIN
+    monkeypatch.setattr(batch_decode, "TIE_MARGIN", float("inf"))  # not the f32 margin: bf16 reads HALF_TIE_MARGIN
     got = greedy_reproduces(model, tok, prompts, [ANSWER] * len(prompts), max_new_tokens=40)
     assert all(_same(g, d) for g, d in zip(got, decoded, strict=True))
-    monkeypatch.setattr(generate, "HALF_TIE_MARGIN", float("inf"))
+    monkeypatch.setattr(batch_decode, "HALF_TIE_MARGIN", float("inf"))
     assert greedy_reproduces(model, tok, prompts, [ANSWER] * len(prompts), max_new_tokens=40) == [None] * len(prompts)
 
 
 def test_chunks_keep_the_logits_budget():
-    chunks = list(generate._chunks(list(range(1, 9)), 3, lambda n: n * 10, budget=100))
+    chunks = list(batch_decode._chunks(list(range(1, 9)), 3, lambda n: n * 10, budget=100))
     assert [x for c in chunks for x in c] == list(range(1, 9))
     assert all(len(c) <= 3 and (len(c) == 1 or len(c) * max(c) * 10 <= 100) for c in chunks)

@@ -13,17 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from mens.model.batch_decode import BatchOutput, generate_greedy_batch, greedy_reproduces
 from mens.model.constraint import language_constraint
 from mens.model.engine import GenerationRequest, Progress, Usage
-from mens.model.generate import (
-    BatchOutput,
-    chat_input_ids,
-    code_block_closed,
-    constraint_accepts,
-    generate_greedy_batch,
-    greedy_reproduces,
-    stream_tokens,
-)
+from mens.model.generate import chat_input_ids, code_block_closed, constraint_accepts, stream_tokens
 from mens.model.inference import LoadedModel
 
 if TYPE_CHECKING:  # only the Language protocol's shape is used: model/ does not depend on lang/
