@@ -30,8 +30,7 @@ def main() -> None:
     import torch
 
     import mens.model.batch_decode as gen
-    from mens.dogfood.parity import finished_run
-    from mens.evaluate.bench import load_bench
+    from mens.dogfood.parity import finished_run, finished_tasks
     from mens.evaluate.local import evaluate_model
     from mens.evaluate.run import greedy_requests
     from mens.lang import get_language
@@ -39,9 +38,7 @@ def main() -> None:
     from mens.model.inference import load_for_inference, resolve_base
 
     config, run, _adapter = finished_run(args.from_dir)
-    tasks = load_bench(args.from_dir / "bench" / "heldout.jsonl")
-    if config.get("limit"):
-        tasks = tasks[: config["limit"]]
+    tasks = finished_tasks(args.from_dir, config)
     tokens = config["max_new_tokens"]
     requests = greedy_requests(tasks, tokens)
     lang = get_language("vox")

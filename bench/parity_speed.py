@@ -27,8 +27,7 @@ def main() -> None:
 
     import torch
 
-    from mens.dogfood.parity import finished_run
-    from mens.evaluate.bench import load_bench
+    from mens.dogfood.parity import finished_run, finished_tasks
     from mens.evaluate.run import greedy_requests
     from mens.lang import get_language
     from mens.model.batch_decode import TIE_MARGIN
@@ -36,9 +35,7 @@ def main() -> None:
     from mens.model.inference import load_for_inference
 
     config, _run, adapter = finished_run(args.from_dir)
-    tasks = load_bench(args.from_dir / "bench" / "heldout.jsonl")
-    if config.get("limit"):
-        tasks = tasks[: config["limit"]]
+    tasks = finished_tasks(args.from_dir, config)
     answers = {r["id"]: r["samples"][0]["output"] for r in adapter}
     tasks = [t for t in tasks if t.id in answers]
     requests = greedy_requests(tasks, config["max_new_tokens"])

@@ -28,16 +28,13 @@ def main() -> None:
     ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/served-parity-<host>.json).")
     args = ap.parse_args()
 
-    from mens.dogfood.parity import compare_results, compare_served, finished_run, served_answers
-    from mens.evaluate.bench import load_bench
+    from mens.dogfood.parity import compare_results, compare_served, finished_run, finished_tasks, served_answers
     from mens.lang import get_language
 
     out_dir = args.from_dir
     config, run, adapter = finished_run(out_dir)
     merged = _json(out_dir / "eval" / "merged_results.json")["results"]
-    tasks = load_bench(out_dir / "bench" / "heldout.jsonl")
-    if config.get("limit"):
-        tasks = tasks[: config["limit"]]
+    tasks = finished_tasks(out_dir, config)
 
     t0 = time.time()
     served = served_answers(out_dir / "merged", tasks, config["max_new_tokens"], config.get("device", "auto"))

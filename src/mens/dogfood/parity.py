@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from mens.errors import DataError
-from mens.evaluate.bench import BenchTask
+from mens.evaluate.bench import BenchTask, load_bench
 from mens.lang import Language
 from mens.lang.checks import check_output
 from mens.run_records import BENCHMARK, DOGFOOD_STATE, DOGFOOD_SUMMARY, BenchmarkResults, DogfoodSummary, read_json
@@ -84,6 +84,13 @@ def finished_run(out_dir: Path) -> tuple[dict, Path, list[dict]]:
         raise DataError(f"{run / BENCHMARK}: the tuned model was not evaluated greedily; "
                         "run `mens eval-local` with greedy among its --modes")
     return config, run, adapter
+
+
+def finished_tasks(out_dir: Path, config: dict) -> list[BenchTask]:
+    """The held-out tasks a finished `mens dogfood -o DIR` evaluated (its --limit applied), from `finished_run`'s
+    config."""
+    tasks = load_bench(out_dir / "bench" / "heldout.jsonl")
+    return tasks[: config["limit"]] if config.get("limit") else tasks
 
 
 def greedy_results(bench_doc: dict) -> list[dict] | None:
