@@ -24,6 +24,8 @@ import types
 import torch
 import torch.nn.functional as F
 
+from mens.train.int8_base import Int8Linear
+
 FUSED_LORA_MLP = "auto"  # "auto": fuse every MLP that qualifies; "off": peft's modules (the benchmark's A/B)
 
 
@@ -78,7 +80,7 @@ def _plain_lora(proj) -> bool:
     if proj.lora_B[name].bias is not None:
         return False
     base = proj.base_layer
-    if type(base) is torch.nn.Linear:
+    if type(base) is torch.nn.Linear or type(base) is Int8Linear:
         return base.bias is None
     return type(base).__name__ == "Linear4bit" and base.bias is None and hasattr(base.weight, "quant_state")
 
@@ -98,10 +100,12 @@ def _fused_forward(self, x):
 
 
 def _input_grad(base, grad):
-    """grad @ W for a frozen base projection: W itself, or a 4-bit weight dequantized as bitsandbytes' own
-    backward does."""
+    """grad @ W for a frozen base projection: W itself, an int8 W as its own backward does it, or a 4-bit weight
+    dequantized as bitsandbytes' own backward does."""
     if type(base) is torch.nn.Linear:
         return grad @ base.weight.to(grad.dtype)
+    if type(base) is Int8Linear:
+        return base.input_grad(grad)
     import bitsandbytes.functional as bnbf
 
     weight = base.weight

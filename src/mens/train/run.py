@@ -46,7 +46,7 @@ from mens.train.host_memory import fix_mmap_threshold, host_memory_note
 from mens.train.loop import LoopState, train_loop
 from mens.train.manifest import EXECUTION_KERNEL, adapter_record, contract_digest, peak_memory_mb, versions
 from mens.train.micro_batch import fit_micro_batch
-from mens.train.packing import Row
+from mens.train.packing import Row, batch_loss_sum
 from mens.train.preflight import Preflight, embedding_problem, first_loss, packing_problem, vocab_problem
 from mens.train.probe import choose_checkpointing
 from mens.train.run_config import resume_problem, taken_problem, write_run_config
@@ -438,6 +438,15 @@ def run_training(cfg: TrainConfig) -> dict:
         from mens.model.lora import keep_inputs_in_autocast_dtype
 
         keep_inputs_in_autocast_dtype(model)
+    pad_id = inp.tokenizer.pad_token_id if inp.tokenizer.pad_token_id is not None else 0
+    from mens.train import int8_base
+
+    int8_swapped, int8_note = int8_base.bind_for_training(
+        model, setting=cfg.int8_base, device=device, amp=amp, backend=cfg.backend, sharded=d.sharded,
+        calibrate=lambda: [batch_loss_sum(model, inp.rows[i:i + 2], pad_id, device, autocast)
+                           for i in range(0, min(4, len(inp.rows)), 2)])
+    if int8_note:
+        pf.ok("int8 base", int8_note)
     if cfg.backend != "full" and not d.sharded:
         from mens.train.lora_mlp import fuse_lora_mlps
 
@@ -447,7 +456,6 @@ def run_training(cfg: TrainConfig) -> dict:
 
     if kernels := layer_kernels(model, device, autocast):
         pf.ok("layer kernels", kernels)
-    pad_id = inp.tokenizer.pad_token_id if inp.tokenizer.pad_token_id is not None else 0
     loss0 = numeric_checks(cfg, inp, model, device, autocast, pad_id, pf)
     micro_rows, micro_why = fit_micro_batch(  # before the dropout stream is seeded: it runs one pass
         cfg.micro_batch, model=model, rows=inp.rows, batch_size=cfg.batch_size, grad_accum=cfg.grad_accum,
@@ -462,7 +470,8 @@ def run_training(cfg: TrainConfig) -> dict:
     old = TrainingManifest.read_optional(run / MANIFEST) if resumed_from else None
     run_id = (old.run_id if old else "") or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     manifest = _manifest(cfg, inp, run_id=run_id, device=device, world=d.world, warmup=warmup,
-                         start_step=start_step, resumed_from=resumed_from, model=model, amp=amp,
+                         start_step=start_step, resumed_from=resumed_from, model=model,
+                         amp=f"{amp or 'f32'}, int8 frozen base" if int8_swapped else amp,
                          parallelism="fsdp" if d.sharded else "ddp-allreduce" if d.world > 1 else "single",
                          checkpointing={"on": checkpointing, "why": why}, packing=packing)
     manifest.steps.update(micro_batch_rows=micro_rows, micro_batch=micro_why,
@@ -493,6 +502,7 @@ def run_training(cfg: TrainConfig) -> dict:
         tel.emit("train_failed", error=f"{type(e).__name__}: {e}")
         raise
     finally:
+        int8_base.restore(int8_swapped)  # the saved adapter, eval and merge see the f32 base
         if own_attention is not None:  # a later use of this model in the process (eval, generation) gets its own
             from mens.train.segment_attention import restore_attention
 

@@ -1,0 +1,103 @@
+"""Training steps with the frozen base projections in int8 (`model.int8_base: auto`) against the same steps in f32
+(`off`), on dogfood's own recipe and training file, on the f32 path (a CPU without native bf16, or one capped to
+AVX2 with `ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`).
+
+Each run is a fresh process that trains `--steps` steps of the recipe dogfood would train (its preset, seed,
+system prompt and data) on the training file of a finished or data-only dogfood directory; the arms alternate for
+`--repeats` rounds on a quiet CPU. A step's time is read from the run's telemetry (the first step is left out: it
+pays for the allocator's and kernels' warm-up). Both arms train the same rows in the same order; their losses
+differ by what int8 changes, which the JSON records per step.
+
+    ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 .venv/bin/python bench/int8_base_speed.py \\
+        --dogfood-dir /tmp/w/data0 --steps 30 --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+ARMS = ("int8", "f32")
+
+
+def worker(arm: str, dogfood_dir: Path, steps: int, seed: int, out: Path, result: Path) -> None:
+    from mens.dogfood import stages
+    from mens.dogfood.pipeline import Context, DogfoodConfig
+    from mens.run_records import PREFLIGHT
+    from mens.train.run import run_training
+    from mens.train.telemetry import read_events
+
+    ctx = Context(DogfoodConfig(output_dir=dogfood_dir, seed=seed), lambda *_: None)
+    tc = stages.train_config(ctx, run=str(out))
+    tc.output_dir, tc.max_steps, tc.eval_every, tc.save_every, tc.log_every_s = str(out), steps, 0, 0, 3600.0
+    tc.int8_base = "auto" if arm == "int8" else "off"
+    run_training(tc)
+    step_events = [e for e in read_events(out) if e.get("event") == "step"]
+    times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(step_events, step_events[1:], strict=False)]
+    checks = json.loads((out / PREFLIGHT).read_text()).get("checks", [])
+    notes = {c.get("check"): c.get("detail", "") for c in checks if c.get("check") in ("int8 base", "matmul precision")}
+    result.write_text(json.dumps({"arm": arm, "step_s": times, "losses": [e.get("loss") for e in step_events],
+                                  "preflight": notes}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dogfood-dir", type=Path, required=True, help="a dogfood output directory with data/train.jsonl")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, help="Result JSON (default bench/results/int8-base-speed-<host>.json).")
+    ap.add_argument("--worker", choices=ARMS, help=argparse.SUPPRESS)
+    ap.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.dogfood_dir, args.steps, args.seed, args.run_dir, args.result)
+        return
+    import torch
+    from machine import machine
+
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            for arm in ARMS if r % 2 == 0 else ARMS[::-1]:
+                result = Path(tmp) / f"{arm}-{r}.json"
+                cmd = [sys.executable, __file__, "--worker", arm, "--dogfood-dir", str(args.dogfood_dir),
+                       "--steps", str(args.steps), "--seed", str(args.seed),
+                       "--run-dir", str(Path(tmp) / f"run-{arm}-{r}"), "--result", str(result)]
+                subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                run = json.loads(result.read_text())
+                run["round"] = r
+                run["mean_step_s"] = statistics.mean(run["step_s"])
+                print(f"round {r} {arm}: {run['mean_step_s']:.3f} s/step, last loss {run['losses'][-1]}", flush=True)
+                runs.append(run)
+    by_round: dict = {}
+    for run in runs:
+        by_round.setdefault(run["round"], {})[run["arm"]] = run["mean_step_s"]
+    speedups = [rnd["f32"] / rnd["int8"] for rnd in by_round.values() if len(rnd) == 2]
+    losses = {arm: [run["losses"] for run in runs if run["arm"] == arm][0] for arm in ARMS}
+    rel = [abs(a - b) / b for a, b in zip(losses["int8"], losses["f32"], strict=True)]
+    doc = {"bench": "int8_base_speed", **machine(), "torch": torch.__version__, "steps": args.steps,
+           "repeats": args.repeats, "seed": args.seed, "dogfood_dir": str(args.dogfood_dir),
+           "note": "mean step time over steps 2..N of dogfood's recipe; speedup = f32 / int8, per round; "
+                   "loss_relative_difference: |int8 - f32| / f32 per step, same rows in the same order",
+           "speedup": {"min": min(speedups), "median": statistics.median(speedups), "max": max(speedups),
+                       "n": len(speedups)},
+           "loss_relative_difference": {"median": statistics.median(rel), "max": max(rel)},
+           "runs": runs}
+    path = args.out or REPO / "bench" / "results" / f"int8-base-speed-{doc['host']}.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(doc["speedup"]), "loss difference", doc["loss_relative_difference"])
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

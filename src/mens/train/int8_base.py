@@ -1,0 +1,151 @@
+"""Frozen base projections in int8 while LoRA trains in f32 on a CPU (the path of CPUs without native bf16).
+
+Why by hand: on such a CPU three quarters of a LoRA step are matmuls of the frozen base weights, running near the
+f32 peak, so only cheaper arithmetic makes a step faster. Integer dot products are that: an int8 matmul
+(`torch._int_mm`, oneDNN) against f32 was 1.49x on one decoder layer's projections, quantizing included
+(bench/results/int8-matmul-avx2cap-vm.json). torch has no int8 linear with a backward pass on CPU (fbgemm's
+dynamic-quant linear is inference-only and ignores oneDNN's ISA cap), so this is one autograd function: the forward
+(x @ W^T) and the input gradient (dy @ W) both run in int8; the frozen weight gets no gradient.
+
+Numerics: the weight is quantized once, per output channel; the activations and the incoming gradients per row, on
+the fly. The weight keeps 7 bits (levels -63..63): without VNNI (AVX2, AVX-512 without VNNI) oneDNN multiplies
+unsigned 8-bit activations (signed ones shifted by 128) with signed 8-bit weights in 16-bit pairs that saturate, and
+7-bit weights are what oneDNN documents to avoid that. The adapters, the optimizer, norms, attention and the LM head
+stay f32, and everything after training (the saved adapter, eval, merge, serving) uses the f32 base: `bind` swaps
+the modules in, `restore` puts the originals back.
+"""
+
+from __future__ import annotations
+
+import torch
+
+WEIGHT_LEVELS = 63
+"""The weight's largest quantized magnitude (7 bits: products in oneDNN's 16-bit pairs cannot saturate)."""
+SMOOTH_ALPHA = 0.5
+ROW_LEVELS = 127
+"""Activations' and gradients' largest quantized magnitude (8 bits, per row)."""
+
+
+def _rows_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (rows, features) f32 as int8 rows and their (rows, 1) scales: absmax / ROW_LEVELS per row."""
+    scale = x.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30).div_(ROW_LEVELS)
+    return torch.div(x, scale).round_().to(torch.int8), scale
+
+
+class _Int8Frozen(torch.autograd.Function):
+    """y = x @ W^T (+ bias) with W = (w8 * scale) / smooth (scale per output channel, smooth per input channel);
+    gradient for x only."""
+
+    @staticmethod
+    def forward(ctx, x, w8, scale, inv_smooth, bias):
+        ctx.save_for_backward(w8, scale, inv_smooth)
+        ctx.in_shape = x.shape
+        x8, sx = _rows_int8(x.reshape(-1, x.shape[-1]) * inv_smooth)
+        y = torch._int_mm(x8, w8.t()).to(torch.float32).mul_(sx).mul_(scale)
+        if bias is not None:
+            y.add_(bias)
+        return y.reshape(*x.shape[:-1], w8.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        w8, scale, inv_smooth = ctx.saved_tensors
+        return input_grad_int8(dy, w8, scale, inv_smooth).reshape(ctx.in_shape), None, None, None, None
+
+
+def input_grad_int8(dy: torch.Tensor, w8: torch.Tensor, scale: torch.Tensor, inv_smooth: torch.Tensor) -> torch.Tensor:
+    """(rows, in) dy @ W for W = (w8 * scale) / smooth: the per-output-channel scale runs along dy's columns (the
+    reduction), so it is folded into dy before dy is quantized; the smoothing divides the result's columns."""
+    d8, sd = _rows_int8(dy.reshape(-1, w8.shape[0]).float() * scale)
+    return torch._int_mm(d8, w8).to(torch.float32).mul_(sd).mul_(inv_smooth)
+
+
+class Int8Linear(torch.nn.Module):
+    """A frozen nn.Linear's stand-in: the weight in int8 (per output channel), f32 in and out."""
+
+    def __init__(self, linear: torch.nn.Linear, act_absmax: torch.Tensor | None = None):
+        super().__init__()
+        w = linear.weight.detach().float()
+        smooth = torch.ones(w.shape[1])
+        if act_absmax is not None:  # SmoothQuant: move the activations' outlier channels into the weight
+            a, wmax = act_absmax.float(), w.abs().amax(dim=0)
+            # floors: a channel silent in the sample rows (or a zero weight column) must not get a huge factor
+            a, wmax = a.clamp_min(1e-3 * float(a.max()) + 1e-12), wmax.clamp_min(1e-3 * float(wmax.max()) + 1e-12)
+            smooth = a**SMOOTH_ALPHA / wmax ** (1 - SMOOTH_ALPHA)
+            w = w * smooth
+        self.register_buffer("inv_smooth", 1.0 / smooth, persistent=False)
+        scale = w.abs().amax(dim=1).clamp_min(1e-30) / WEIGHT_LEVELS
+        self.register_buffer("w8", torch.round(w / scale[:, None]).to(torch.int8), persistent=False)
+        self.register_buffer("scale", scale, persistent=False)
+        self.bias = None if linear.bias is None else linear.bias.detach().float()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.__dict__["original"] = linear  # not a submodule: its weight stays out of this module's state
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The original f32 weight (for code that reads a base layer's weight or dtype)."""
+        return self.original.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Int8Frozen.apply(x, self.w8, self.scale, self.inv_smooth, self.bias)
+
+    def input_grad(self, grad: torch.Tensor) -> torch.Tensor:
+        """grad @ W in int8, as this module's backward computes it (for the fused LoRA MLP's backward)."""
+        return input_grad_int8(grad, self.w8, self.scale, self.inv_smooth).reshape(*grad.shape[:-1], self.in_features)
+
+
+def bind_for_training(model, *, setting: str, device: str, amp: str | None, backend: str, sharded: bool,
+                      calibrate) -> tuple[list, str | None]:
+    """`model.int8_base` resolved: int8 base projections for a LoRA run in f32 on one CPU process (`amp` None).
+    Returns what `restore` needs and the preflight note (None when nothing was bound)."""
+    if setting != "auto" or amp is not None or device != "cpu" or backend != "lora" or sharded:
+        return [], None
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    swapped, kept = bind(model, calibrate, width=getattr(cfg, "hidden_size", None))
+    if not swapped:
+        return [], None
+    rest = f"; {kept} reading another width (the MLP's down projection) stay f32" if kept else ""
+    return swapped, (f"{len(swapped)} frozen base projections in int8 (7-bit weights, per-row activations and "
+                     f"gradients, smoothed){rest}; adapters and everything after training in f32")
+
+
+def bind(model, calibrate=None, *, width: int | None = None) -> tuple[list[tuple[object, torch.nn.Linear]], int]:
+    """Swap the frozen nn.Linear base of the LoRA-adapted projections for Int8Linear; returns what `restore` needs
+    and how many adapted projections were kept. Only f32 CPU weights that do not train are swapped, and with
+    `width` only those that read that many features: the MLP's down projection reads the gated product, whose
+    outlier channels per-row int8 does not keep (measured on SmolLM2-135M with a trained adapter: the loss moved
+    1-9% with it in int8, 0.3-4% without, for the same speed).
+
+    `calibrate()`: runs the model on sample rows; each projection's per-channel input magnitudes seen there set its
+    smoothing (SmoothQuant, alpha 0.5: a channel's range is split between activation and weight, so one outlier
+    channel no longer flattens a whole row's int8 levels)."""
+    from peft.tuners.lora import LoraLayer
+
+    adapted = [m for m in model.modules() if isinstance(m, LoraLayer) and type(getattr(m, "base_layer", None)) is
+               torch.nn.Linear and not m.base_layer.weight.requires_grad
+               and m.base_layer.weight.dtype == torch.float32 and m.base_layer.weight.device.type == "cpu"]
+    targets = [m for m in adapted if width is None or m.base_layer.in_features == width]
+    stats: dict = {}
+    if calibrate is not None and targets:
+        def hook(module, args):
+            x = args[0].detach().reshape(-1, args[0].shape[-1]).abs().amax(dim=0).float()
+            stats[module] = torch.maximum(stats[module], x) if module in stats else x
+
+        handles = [m.base_layer.register_forward_pre_hook(hook) for m in targets]
+        try:
+            with torch.no_grad():
+                calibrate()
+        finally:
+            for h in handles:
+                h.remove()
+    swapped = []
+    for module in targets:
+        base = module.base_layer
+        module.base_layer = Int8Linear(base, stats.get(base))
+        swapped.append((module, base))
+    return swapped, len(adapted) - len(targets)
+
+
+def restore(swapped: list[tuple[object, torch.nn.Linear]]) -> None:
+    """Put the original f32 projections back (the model then computes exactly as before `bind`)."""
+    for module, base in swapped:
+        module.base_layer = base
