@@ -104,12 +104,13 @@ def test_lora_gradients_through_int8_follow_f32_with_the_fused_mlp(tiny_model_di
     int8_base.restore(swapped)
 
 
-@pytest.mark.parametrize("why", ["off", "bf16", "cuda", "qlora", "sharded"])
-def test_bound_only_for_lora_in_f32_on_one_cpu_process(tiny_model_dir, why):
+@pytest.mark.parametrize("why", ["off", "bf16", "cuda", "qlora", "sharded", "arm"])
+def test_bound_only_for_lora_in_f32_on_one_x86_cpu_process(tiny_model_dir, why, monkeypatch):
     model = _lora(tiny_model_dir)
+    monkeypatch.setattr(int8_base.platform, "machine", lambda: "aarch64" if why == "arm" else "x86_64")
     kw = dict(setting="auto", device="cpu", amp=None, backend="lora", sharded=False, calibrate=None)
     kw.update({"off": {"setting": "off"}, "bf16": {"amp": "bf16"}, "cuda": {"device": "cuda"},
-               "qlora": {"backend": "qlora"}, "sharded": {"sharded": True}}[why])
+               "qlora": {"backend": "qlora"}, "sharded": {"sharded": True}, "arm": {}}[why])
     assert int8_base.bind_for_training(model, **kw) == ([], None)
     assert not any(type(m) is Int8Linear for m in model.modules())
 
@@ -127,3 +128,22 @@ def test_a_run_with_int8_base_records_it_and_saves_an_f32_adapter(data_dir, tmp_
 
     tuned = load_adapter(load_base(tiny_qwen_dir, backend="lora", device="cpu"), out)
     assert not any(type(m) is Int8Linear for m in tuned.modules())
+
+
+def test_a_model_whose_loss_int8_moves_keeps_its_f32_base(tiny_model_dir, monkeypatch):
+    """The sample rows' loss in int8 must stay within MAX_LOSS_SHIFT of f32, or every projection goes back."""
+    model = _lora(tiny_model_dir)
+    ids = torch.arange(1, 25).reshape(2, 12)
+
+    def sample_loss():
+        with torch.no_grad():
+            return float(model(input_ids=ids, labels=ids).loss)
+
+    kw = dict(setting="auto", device="cpu", amp=None, backend="lora", sharded=False, calibrate=sample_loss)
+    swapped, note = int8_base.bind_for_training(model, **kw)
+    assert swapped and "in int8" in note and "loss on sample rows" in note
+    int8_base.restore(swapped)
+    monkeypatch.setattr(int8_base, "MAX_LOSS_SHIFT", 1e-9)  # no int8 loss is that close to f32
+    swapped, note = int8_base.bind_for_training(model, **kw)
+    assert swapped == [] and note.startswith("kept in f32") and "model.int8_base: off" in note
+    assert not any(type(m) is Int8Linear for m in model.modules())

@@ -17,8 +17,15 @@ the modules in, `restore` puts the originals back.
 
 from __future__ import annotations
 
+import math
+import platform
+
 import torch
 
+X86 = ("x86_64", "amd64")
+"""CPUs whose int8 matmuls (oneDNN) were measured faster than f32; elsewhere (ARM, ...) the base stays f32."""
+MAX_LOSS_SHIFT = 0.02
+"""Largest relative change of the sample rows' loss that int8 may make (SmolLM2-135M, fresh adapter: 0.3%)."""
 WEIGHT_LEVELS = 63
 """The weight's largest quantized magnitude (7 bits: products in oneDNN's 16-bit pairs cannot saturate)."""
 SMOOTH_ALPHA = 0.5
@@ -95,17 +102,32 @@ class Int8Linear(torch.nn.Module):
 
 def bind_for_training(model, *, setting: str, device: str, amp: str | None, backend: str, sharded: bool,
                       calibrate) -> tuple[list, str | None]:
-    """`model.int8_base` resolved: int8 base projections for a LoRA run in f32 on one CPU process (`amp` None).
-    Returns what `restore` needs and the preflight note (None when nothing was bound)."""
+    """`model.int8_base` resolved: int8 base projections for a LoRA run in f32 on one x86 CPU process (`amp` None).
+
+    `calibrate()`: the model's mean token loss on a few sample rows. Its first call sets the smoothing; a second,
+    in int8, must stay within MAX_LOSS_SHIFT of the first, or the base stays f32 (a model whose activations int8
+    does not keep is trained as before, and the preflight says why). Returns what `restore` needs and the
+    preflight note (None when int8 was not asked for or does not apply)."""
     if setting != "auto" or amp is not None or device != "cpu" or backend != "lora" or sharded:
         return [], None
+    if platform.machine().lower() not in X86:  # measured on x86's oneDNN int8 kernels only
+        return [], None
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    swapped, kept = bind(model, calibrate, width=getattr(cfg, "hidden_size", None))
+    f32_loss: list[float] = []
+    swapped, kept = bind(model, lambda: f32_loss.append(calibrate()), width=getattr(cfg, "hidden_size", None))
     if not swapped:
         return [], None
+    with torch.no_grad():
+        int8_loss = calibrate()
+    shift = abs(int8_loss - f32_loss[0]) / max(abs(f32_loss[0]), 1e-12)
+    sample = f"loss on sample rows {f32_loss[0]:.4f} in f32, {int8_loss:.4f} in int8"
+    if not math.isfinite(int8_loss) or shift > MAX_LOSS_SHIFT:
+        restore(swapped)
+        return [], (f"kept in f32: {sample} (more than {MAX_LOSS_SHIFT:.0%} apart; this model's activations do not "
+                    "survive int8); set model.int8_base: off to skip the check")
     rest = f"; {kept} reading another width (the MLP's down projection) stay f32" if kept else ""
     return swapped, (f"{len(swapped)} frozen base projections in int8 (7-bit weights, per-row activations and "
-                     f"gradients, smoothed){rest}; adapters and everything after training in f32")
+                     f"gradients, smoothed){rest}; {sample}; adapters and everything after training in f32")
 
 
 def bind(model, calibrate=None, *, width: int | None = None) -> tuple[list[tuple[object, torch.nn.Linear]], int]:

@@ -246,6 +246,18 @@ def add_embedding_noise(model, alpha: float, pf: Preflight) -> None:
     pf.ok("embedding noise", f"NEFTune alpha {alpha:g} on {type(emb).__name__} (training steps only)")
 
 
+def _sample_loss(model, rows: list[Row], pad_id: int, device: str, autocast) -> float:
+    """Mean token loss of `rows`, two at a time, without gradients."""
+    import torch
+
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(rows), 2):
+            part, n = batch_loss_sum(model, rows[i:i + 2], pad_id, device, autocast)
+            total, tokens = total + float(part), tokens + int(n)
+    return total / max(tokens, 1)
+
+
 def numeric_checks(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, pad_id: int, pf: Preflight) -> float:
     """Finite loss on the first row before any update (packing isolation is `choose_packing`'s check)."""
     import math
@@ -443,8 +455,7 @@ def run_training(cfg: TrainConfig) -> dict:
 
     int8_swapped, int8_note = int8_base.bind_for_training(
         model, setting=cfg.int8_base, device=device, amp=amp, backend=cfg.backend, sharded=d.sharded,
-        calibrate=lambda: [batch_loss_sum(model, inp.rows[i:i + 2], pad_id, device, autocast)
-                           for i in range(0, min(4, len(inp.rows)), 2)])
+        calibrate=lambda: _sample_loss(model, inp.rows[:4], pad_id, device, autocast))
     if int8_note:
         pf.ok("int8 base", int8_note)
     if cfg.backend != "full" and not d.sharded:
