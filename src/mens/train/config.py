@@ -59,10 +59,11 @@ class ModelConfig(Section):
     the LoRA path and its saved activations too), f32 elsewhere; "bf16" = bf16 autocast wherever the device
     does bf16 natively (CUDA; CPUs with AVX512-BF16 or AMX), f32 where it would be emulated; "off" = f32."""
     int8_base: Literal["auto", "off"] = "off"
-    """Frozen base projections in int8 where LoRA trains in f32 on a CPU (no native bf16): "auto" = the
+    """Frozen base projections in int8 where LoRA trains in f32 on an x86 CPU (no native bf16): "auto" = the
     projections that read the hidden width (attention and the MLP's gate and up) run their forward and input
-    gradient as int8 matmuls, about 1.25x faster a pass, with the base perturbed by about 1% of the loss; adapters,
-    optimizer and everything after training stay f32; "off" = f32 throughout."""
+    gradient as int8 matmuls, about 1.2x faster a step, the loss moved about 1-2%; adapters, optimizer and
+    everything after training stay f32; "off" = f32 throughout (every preset: in paired dogfood runs the extra
+    steps gave no better model, docs/benchmarks.md)."""
     gradient_checkpointing: bool | None = None
     """Recompute activations in backward (less memory, ~30% slower). Unset = chosen from the memory estimate (as
     `mens probe`): on when the run without it is estimated above 90% of one process's memory, off otherwise."""
