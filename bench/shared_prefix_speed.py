@@ -13,14 +13,9 @@ curves must agree to float rounding; the JSON records both.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,47 +47,24 @@ def worker(arm: str, dogfood_dir: Path, steps: int, seed: int, out: Path, result
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dogfood-dir", type=Path, required=True, help="a dogfood output directory with data/train.jsonl")
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
+    from alternate import dogfood_arms_parser, run_dogfood_arms
+
+    ap = dogfood_arms_parser(__doc__.splitlines()[0], ARMS, repeats=3)
     ap.add_argument("--out", type=Path,
                     default=REPO / "bench" / "results" / f"shared_prefix_speed-{socket.gethostname()}.json")
-    ap.add_argument("--worker", choices=ARMS, help=argparse.SUPPRESS)
-    ap.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.worker:
-        worker(args.worker, args.dogfood_dir, args.steps, args.seed, args.run_dir, args.result)
+    runs = run_dogfood_arms(__file__, ARMS, args, worker)
+    if runs is None:
         return
+    from alternate import speedup
     from machine import machine
 
-    runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.repeats):
-            for arm in ARMS if r % 2 == 0 else ARMS[::-1]:
-                result = Path(tmp) / f"{arm}-{r}.json"
-                cmd = [sys.executable, __file__, "--worker", arm, "--dogfood-dir", str(args.dogfood_dir),
-                       "--steps", str(args.steps), "--seed", str(args.seed),
-                       "--run-dir", str(Path(tmp) / f"run-{arm}-{r}"), "--result", str(result)]
-                subprocess.run(cmd, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-                run = json.loads(result.read_text())
-                run["round"] = r
-                run["mean_step_s"] = statistics.mean(run["step_s"])
-                print(f"round {r} {arm}: {run['mean_step_s']:.3f} s/step, last loss {run['losses'][-1]}", flush=True)
-                runs.append(run)
-    by_round = {}
-    for run in runs:
-        by_round.setdefault(run["round"], {})[run["arm"]] = run["mean_step_s"]
-    speedups = [rnd["per-example"] / rnd["shared"] for rnd in by_round.values() if len(rnd) == 2]
     losses = {arm: [run["losses"] for run in runs if run["arm"] == arm][0] for arm in ARMS}
     report = {
         "bench": "shared_prefix_speed", "machine": machine(), "steps": args.steps, "repeats": args.repeats,
         "seed": args.seed, "dogfood_dir": str(args.dogfood_dir),
         "note": "mean step time over steps 2..N of dogfood's recipe; speedup = per-example / shared, per round",
-        "speedup": {"min": min(speedups), "median": statistics.median(speedups), "max": max(speedups),
-                    "n": len(speedups)},
+        "speedup": speedup(runs, "per-example", "shared"),
         "max_loss_difference": max(abs(a - b) for a, b in zip(losses["shared"], losses["per-example"], strict=True)),
         "runs": runs,
     }
