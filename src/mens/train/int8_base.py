@@ -9,10 +9,14 @@ dynamic-quant linear is inference-only and ignores oneDNN's ISA cap), so this is
 
 Numerics: the weight is quantized once, per output channel; the activations and the incoming gradients per row, on
 the fly. The weight keeps 7 bits (levels -63..63): without VNNI (AVX2, AVX-512 without VNNI) oneDNN multiplies
-unsigned 8-bit activations (signed ones shifted by 128) with signed 8-bit weights in 16-bit pairs that saturate, and
-7-bit weights are what oneDNN documents to avoid that. The adapters, the optimizer, norms, attention and the LM head
-stay f32, and everything after training (the saved adapter, eval, merge, serving) uses the f32 base: `bind` swaps
-the modules in, `restore` puts the originals back.
+unsigned 8-bit activations (signed ones shifted by 128) with signed 8-bit weights in 16-bit pair sums that saturate
+(on a CPU capped to AVX2, full-range 8-bit operands put `torch._int_mm`'s products 17-19% off; 7-bit weights cannot
+saturate). The adapters, the optimizer, norms, attention and the LM head stay f32, and everything after training
+(the saved adapter, eval, merge, serving) uses the f32 base: `bind` swaps the modules in, `restore` puts the
+originals back.
+
+No preset turns it on: on dogfood's recipe it trained about 1.2x the steps in the same time, but paired runs gave
+no better model (docs/benchmarks.md, "Int8 frozen base projections (the f32 path)").
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ MAX_LOSS_SHIFT = 0.02
 WEIGHT_LEVELS = 63
 """The weight's largest quantized magnitude (7 bits: products in oneDNN's 16-bit pairs cannot saturate)."""
 SMOOTH_ALPHA = 0.5
+"""SmoothQuant's split of each input channel's range between activation (alpha) and weight (1 - alpha)."""
 ROW_LEVELS = 127
 """Activations' and gradients' largest quantized magnitude (8 bits, per row)."""
 
@@ -134,8 +139,8 @@ def bind(model, calibrate=None, *, width: int | None = None) -> tuple[list[tuple
     """Swap the frozen nn.Linear base of the LoRA-adapted projections for Int8Linear; returns what `restore` needs
     and how many adapted projections were kept. Only f32 CPU weights that do not train are swapped, and with
     `width` only those that read that many features: the MLP's down projection reads the gated product, whose
-    outlier channels per-row int8 does not keep (measured on SmolLM2-135M with a trained adapter: the loss moved
-    1-9% with it in int8, 0.3-4% without, for the same speed).
+    outlier channels per-row int8 does not keep (SmolLM2-135M with a trained adapter, capped CPU: the loss moved
+    2.6% per batch, at most 9.9%, with it in int8, and 1.9%, at most 3.4%, without; bench/int8_numerics.py).
 
     `calibrate()`: runs the model on sample rows; each projection's per-channel input magnitudes seen there set its
     smoothing (SmoothQuant, alpha 0.5: a channel's range is split between activation and weight, so one outlier
