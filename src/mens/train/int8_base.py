@@ -109,10 +109,10 @@ def bind_for_training(model, *, setting: str, device: str, amp: str | None, back
                       calibrate) -> tuple[list, str | None]:
     """`model.int8_base` resolved: int8 base projections for a LoRA run in f32 on one x86 CPU process (`amp` None).
 
-    `calibrate()`: the model's mean token loss on a few sample rows. Its first call sets the smoothing; a second,
-    in int8, must stay within MAX_LOSS_SHIFT of the first, or the base stays f32 (a model whose activations int8
-    does not keep is trained as before, and the preflight says why). Returns what `restore` needs and the
-    preflight note (None when int8 was not asked for or does not apply)."""
+    `calibrate()`: the model's mean token loss on a few sample rows, without gradients. Its first call sets the
+    smoothing; a second, in int8, must stay within MAX_LOSS_SHIFT of the first, or the base stays f32 (a model whose
+    activations int8 does not keep is trained as before, and the preflight says why). Returns what `restore` needs
+    and the preflight note (None when int8 was not asked for or does not apply)."""
     if setting != "auto" or amp is not None or device != "cpu" or backend != "lora" or sharded:
         return [], None
     if platform.machine().lower() not in X86:  # measured on x86's oneDNN int8 kernels only
@@ -122,8 +122,7 @@ def bind_for_training(model, *, setting: str, device: str, amp: str | None, back
     swapped, kept = bind(model, lambda: f32_loss.append(calibrate()), width=getattr(cfg, "hidden_size", None))
     if not swapped:
         return [], None
-    with torch.no_grad():
-        int8_loss = calibrate()
+    int8_loss = calibrate()
     shift = abs(int8_loss - f32_loss[0]) / max(abs(f32_loss[0]), 1e-12)
     sample = f"loss on sample rows {f32_loss[0]:.4f} in f32, {int8_loss:.4f} in int8"
     if not math.isfinite(int8_loss) or shift > MAX_LOSS_SHIFT:

@@ -46,7 +46,7 @@ from mens.train.host_memory import fix_mmap_threshold, host_memory_note
 from mens.train.loop import LoopState, train_loop
 from mens.train.manifest import EXECUTION_KERNEL, adapter_record, contract_digest, peak_memory_mb, versions
 from mens.train.micro_batch import fit_micro_batch
-from mens.train.packing import Row, batch_loss_sum
+from mens.train.packing import Row
 from mens.train.preflight import Preflight, embedding_problem, first_loss, packing_problem, vocab_problem
 from mens.train.probe import choose_checkpointing
 from mens.train.run_config import resume_problem, taken_problem, write_run_config
@@ -246,18 +246,6 @@ def add_embedding_noise(model, alpha: float, pf: Preflight) -> None:
     pf.ok("embedding noise", f"NEFTune alpha {alpha:g} on {type(emb).__name__} (training steps only)")
 
 
-def _sample_loss(model, rows: list[Row], pad_id: int, device: str, autocast) -> float:
-    """Mean token loss of `rows`, two at a time, without gradients."""
-    import torch
-
-    total, tokens = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(rows), 2):
-            part, n = batch_loss_sum(model, rows[i:i + 2], pad_id, device, autocast)
-            total, tokens = total + float(part), tokens + int(n)
-    return total / max(tokens, 1)
-
-
 def numeric_checks(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, pad_id: int, pf: Preflight) -> float:
     """Finite loss on the first row before any update (packing isolation is `choose_packing`'s check)."""
     import math
@@ -455,7 +443,7 @@ def run_training(cfg: TrainConfig) -> dict:
 
     int8_swapped, int8_note = int8_base.bind_for_training(
         model, setting=cfg.int8_base, device=device, amp=amp, backend=cfg.backend, sharded=d.sharded,
-        calibrate=lambda: _sample_loss(model, inp.rows[:4], pad_id, device, autocast))
+        calibrate=lambda: first_loss(model, inp.rows[:4], pad_id, device, autocast))
     if int8_note:
         pf.ok("int8 base", int8_note)
     if cfg.backend != "full" and not d.sharded:
