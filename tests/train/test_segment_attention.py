@@ -229,6 +229,36 @@ def test_the_cuda_form_hands_varlen_attention_the_flattened_examples(arch, monke
     assert (got - want).abs().max() <= 0.02 * want.abs().max()
 
 
+def test_the_probe_keeps_the_models_attention_when_examples_would_see_each_other(monkeypatch):
+    """A varlen kernel that ignores the boundaries (the flattened batch attended as one sequence) fails the binding
+    probe: rounding is a few percent of the logits' scale at most, a leak about all of it."""
+    from torch.nn.attention import varlen
+
+    def leaky(q, k, v, cu_q, cu_k, max_q, max_k, **kw):
+        whole = torch.tensor([0, q.shape[0]], dtype=torch.int32)
+        return _reference_varlen_qk(q, k, v, whole, whole, q.shape[0], k.shape[0], **kw)
+
+    monkeypatch.setattr(segment_attention, "_use_flash", lambda q: True)
+    monkeypatch.setattr(varlen, "varlen_attn", leaky)
+    model = _model("qwen2").to(torch.bfloat16)
+    own, note = bind_segment_attention(model, "cpu", NULL, 300)
+    assert own is None and "differs from it on a probe" in note, note
+    assert not uses_segment_attention(model)
+
+
+@pytest.mark.parametrize(("error", "shared"), [(0.03, True), (0.3, False)])
+def test_the_shared_layout_is_bound_within_rounding_and_refused_beyond(monkeypatch, error, shared):
+    """The shared-prefix probe's bar is the leak check's (packing.ISOLATION_TOLERANCE): a 4-bit base in bf16 on a
+    GPU differs by ~3% of the logits' scale from rounding alone, and is still bound."""
+    from mens.train import packing
+
+    monkeypatch.setattr(packing, "shared_layout_error", lambda *a: error)
+    model = _model("llama")
+    own, note = bind_segment_attention(model, "cpu", NULL, 300)
+    assert own == "sdpa" and shares_prefix(model) == shared, note
+    assert ("differs on a probe" in note) != shared
+
+
 def test_the_cuda_form_refuses_f32_and_dropout(monkeypatch):
     monkeypatch.setattr(segment_attention, "_use_flash", lambda q: True)
     q = torch.randn(1, 2, 4, 8)

@@ -97,7 +97,7 @@ def packing_leaks(model, device: str, autocast, vocab: int) -> bool:
     """
     import torch
 
-    from mens.train.packing import collate, model_inputs, probe_rows
+    from mens.train.packing import ISOLATION_TOLERANCE, collate, model_inputs, probe_rows
 
     rows = probe_rows(vocab)
     exs = [ex for row in rows for ex in row]
@@ -120,13 +120,13 @@ def packing_leaks(model, device: str, autocast, vocab: int) -> bool:
     # Measured against the logits' own scale: under bf16 autocast (emulated on CPUs without native bf16) an
     # isolated example still differs by ~1% of the largest logit from kernel blocking, while a leak moves the
     # logits by about their whole scale (the first token of the second example sees five more tokens).
-    if diff > 0.05 * scale + 1e-3:
+    if diff > ISOLATION_TOLERANCE * scale + 1e-3:
         return True
     from mens.train.packing import shared_layout_error
     from mens.train.segment_attention import shares_prefix
 
     # Where micro-batches share their common prefix, the layout training then uses is checked the same way.
-    return shares_prefix(model) and shared_layout_error(model, device, autocast, vocab) > 0.05
+    return shares_prefix(model) and shared_layout_error(model, device, autocast, vocab) > ISOLATION_TOLERANCE
 
 
 def packing_problem(model, device: str, autocast, vocab: int) -> str | None:

@@ -29,11 +29,12 @@ import functools
 import inspect
 import weakref
 
+from mens.train.packing import ISOLATION_TOLERANCE  # the probes' bar: the preflight leak check's
+
 SEGMENT_ATTENTION = "auto"  # "auto": per-example attention for packed rows where it matches; "off": the block mask
 SHARED_PREFIX = "auto"  # "auto": a micro-batch's common prefix laid out once where it matches; "off": never
 _SHARING: weakref.WeakSet = weakref.WeakSet()  # models (without a peft wrapper) bound to share prefixes
 NAME = "mens_segments"
-PROBE_TOLERANCE = 2e-2  # relative to the logits' scale: ~1e-6 apart in f32, ~1% under bf16; a leak is ~100%
 
 
 def segment_attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0,
@@ -219,7 +220,7 @@ def _bind_shared_prefix(model, base, device: str, autocast, vocab: int) -> str:
 
     try:
         diff = shared_layout_error(model, device, autocast, vocab)
-        if diff > PROBE_TOLERANCE:
+        if diff > ISOLATION_TOLERANCE:
             return f"a common prompt prefix is attended per example (the shared layout differs on a probe: {diff:.2g})"
         batch = collate_shared(shared_probe_rows(vocab))
         with autocast():
@@ -265,7 +266,7 @@ def _probe(model, base, own: str, device: str, autocast, vocab: int) -> float | 
     got = got.detach().reshape(ref.shape)
     scale = float(ref.abs().max()) or 1.0
     diff = float((got - ref).abs().max()) / scale
-    return None if diff <= PROBE_TOLERANCE else diff
+    return None if diff <= ISOLATION_TOLERANCE else diff
 
 
 def _first_line(e: BaseException) -> str:
