@@ -10,9 +10,9 @@ boundaries (`cu_seq_lens_q`, transformers' varlen arguments, as for recurrent la
 is registered with transformers' AttentionInterface and set on this model instance only. transformers builds no
 mask for an attention function it does not know, so no (T x T) mask is built at all.
 
-On CUDA the same flattened row goes to torch's varlen flash attention (`torch.nn.attention.varlen`, bf16/fp16),
-one call for every example of the batch, instead of the memory-efficient kernel working through the (T x T) mask;
-its speed on a GPU is NOT MEASURED. Bound only for softmax-attention models whose implementation is "sdpa" or
+On CUDA the same flattened row goes to torch's varlen flash attention (`torch.nn.attention.varlen`, bf16/fp16), one
+call for every example of the batch, instead of the memory-efficient kernel working through the (T x T) mask (its
+speed and memory on a GPU: docs/gpu.md). Bound only for softmax-attention models whose implementation is "sdpa" or
 "eager", and only when the model's logits on a packed probe batch match its own attention's and a backward pass
 through it runs. Sliding windows are honoured inside each example; attention forms this function does not reproduce
 (logit softcapping, attention sinks, position biases; on CUDA also f32 outside autocast and attention dropout) fail
