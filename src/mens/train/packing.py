@@ -69,12 +69,12 @@ def collate(rows: list[Row], pad_id: int):
 
 
 MIN_SHARED_PREFIX = 8
+"""Shortest common prefix laid out once per micro-batch; shorter ones are not worth an extra attention segment."""
 ISOLATION_TOLERANCE = 0.05
 """How far packed logits may stand from each example's own, relative to the largest logit, before packing or a
 layout counts as leaking: rounding alone is ~1e-6 in f32, ~1% under bf16 on a CPU and 2.6-2.7% for a 28-layer
 4-bit base in bf16 on an H200 (bench/results/gpu_train_speed-varlen-h200.json), while a leak or a wrong kernel
 moves the logits of the positions it touches by about their whole scale."""
-"""Shortest common prefix laid out once per micro-batch; shorter ones are not worth an extra attention segment."""
 
 
 def shared_prefix(examples: list[Example]) -> tuple[int, list[int]]:
