@@ -22,16 +22,15 @@ from mens.train.run import ONEDNN_ISA_ENV, cpu_has_native_bf16  # noqa: E402  (i
 def machine() -> dict:
     cpu, flags, family = platform.processor() or platform.machine(), "", ""
     try:
-        info = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-
-        def field(name: str) -> str:
-            return next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.split(":")[0].strip() == name),
-                        "")
-
-        cpu = field("model name") or cpu
-        flags = next((ln for ln in info.splitlines() if ln.startswith("flags")), "")
+        fields: dict[str, str] = {}  # the first processor's "key : value" lines
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            key, sep, value = line.partition(":")
+            if sep:
+                fields.setdefault(key.strip(), value.strip())
+        cpu = fields.get("model name") or cpu
+        flags = fields.get("flags", "")
         # "AMD EPYC" names a Zen 4 and a Zen 5 alike (about 1.7x apart in bf16 training here): family and model don't.
-        family = f"family {field('cpu family')} model {field('model')}" if field("cpu family") else ""
+        family = f"family {fields['cpu family']} model {fields.get('model', '')}" if "cpu family" in fields else ""
     except OSError:
         pass
     return {"host": socket.gethostname(), "platform": platform.platform(), "cpu": cpu, "cpu_family_model": family,
