@@ -7,7 +7,9 @@
 #   timed: the timed runs of bench/gpu_train_speed.py (--grouped: one process per shape, imports paid once);
 #   all:   both, smoke first.
 # Everything lands under $OUT (JSON + log).
-# Run (through the device tool): command `MODE=smoke bash bench/gpu_call.sh`, carry [".whl"], timeout_s 600.
+# Run (through the device tool): first `git rev-parse --short HEAD > .commit` here (the device's copy of the tree
+# has no .git; the records take their commit from it), then command `MODE=smoke bash bench/gpu_call.sh`,
+# carry [".whl", ".commit"], timeout_s 600.
 # Environment: MODE (default all), BUDGET_S (timed runs' budget, default 400), ARGS (extra flags for the timed runs),
 # ARGS2 (when set, a second timed pass with these flags instead, into gpu_train_speed2-<host>.json), HEADLINE_ARGS
 # (extra flags for gpu_headline.py), GPU_TESTS (test paths: their `gpu` tests run first, at most 150 s).

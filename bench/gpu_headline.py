@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpu_train_runs as runs  # noqa: E402
-from machine import machine  # noqa: E402
+from machine import commit, machine  # noqa: E402
 
 # Qwen3.5-4B's text model (its config.json's text_config): 8 x (3 Gated-DeltaNet layers + 1 gated full attention).
 QWEN35_4B = {"model_type": "qwen3_5_text", "hidden_size": 2560, "intermediate_size": 9216, "num_hidden_layers": 32,
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
         build_s = round(time.time() - t0, 1)
         # examples longer than a row on average: most rows (one example each on Qwen3.5) are full at 384 tokens
         runs.write_data(data, n_examples=a.steps * 8 * 2 + 40, seq_len=384 * 4, seed=42)
-        doc = {"bench": "gpu_headline", "machine": machine(), "gpu": None, "preset": PRESET,
+        doc = {"bench": "gpu_headline", "commit": commit(), "machine": machine(), "gpu": None, "preset": PRESET,
                "model": {"shape": "qwen3.5-4b" + ("-tiny" if a.tiny else ""), **meta, "build_s": build_s},
                "probe_estimate_16gb": probe_estimate(model_dir), "cap_gib": a.cap_gib if a.device == "cuda" else None}
         doc["train"] = train(a, model_dir, data, run_dir)

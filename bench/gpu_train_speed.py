@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gpu_train_runs as runs  # noqa: E402
-from machine import machine  # noqa: E402
+from machine import commit, machine  # noqa: E402
 
 PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4}
 """Dense bf16 peak by GPU name (NVIDIA data sheets, SXM unless named); --peak-tflops overrides."""
@@ -291,7 +291,8 @@ def orchestrate(a) -> int:
                [str(REPO / "src"), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
     if a.device == "cpu":
         env.update(OMP_NUM_THREADS=str(a.threads), MKL_NUM_THREADS=str(a.threads))
-    doc = {"bench": "gpu_train_speed", "machine": {**machine(), "versions": versions()}, "gpu": None,
+    doc = {"bench": "gpu_train_speed", "commit": commit(), "machine": {**machine(), "versions": versions()},
+           "gpu": None,
            "settings": {k: getattr(a, k) for k in ("device", "tiny", "smoke", "repeats", "steps", "warmup", "seq_len",
                                                    "batch_size", "grad_accum", "pack", "budget_s", "grouped",
                                                    "profile", "system_tokens", "warm_run")},

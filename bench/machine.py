@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -38,6 +39,30 @@ def machine() -> dict:
             "avx512": "avx512f" in flags.split(), "native_bf16": cpu_has_native_bf16(),
             "python": platform.python_version(), "implementation": platform.python_implementation(),
             **isa_caps()}
+
+
+COMMIT_FILE = REPO / ".commit"
+"""Where a run without git finds its commit: a device call gets a copy of the working tree without `.git`, so the
+session writes `git rev-parse --short HEAD > .commit` first and carries it (bench/gpu_call.sh)."""
+
+
+def commit() -> str | None:
+    """The commit the benchmark ran (short hash, "+dirty" with uncommitted changes to tracked files), from git, else
+    from COMMIT_FILE; None when neither says."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode == 0 and head.stdout.strip():
+            dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            return head.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        text = COMMIT_FILE.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return f"{text} (from {COMMIT_FILE.name})" if text else None
 
 
 def isa_caps() -> dict:

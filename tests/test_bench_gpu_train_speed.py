@@ -76,6 +76,7 @@ def test_tiny_cpu_mode_trains_both_sides_on_the_same_tokens(tmp_path):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(out.read_text())
+    assert "commit" in doc  # its value: test_records_name_their_commit
     assert doc["skipped_sides"]["trl-liger"]  # Liger is a GPU side: skipped with its reason on CPU
     by_side = {r["side"]: r for r in doc["results"]}
     mens = by_side["mens"]
@@ -181,3 +182,19 @@ def test_fused_mlp_and_attention_sides_and_dropout_flag(tmp_path):
     sides = doc["summary"]["qwen2.5-0.5b/lora"]["sides"]  # the summary says what each side ran
     assert sides["mens-mask"]["attention"] == "block mask" and sides["mens-peft"]["fused_lora_mlp"] == "peft's"
     assert by_side["mens-mask"]["first_batch_loss"] == pytest.approx(by_side["mens"]["first_batch_loss"], rel=1e-5)
+
+
+def test_records_name_their_commit(tmp_path, monkeypatch):
+    """A record names the commit it ran: from git in a checkout, else from the .commit file a device call carries
+    (its copy of the tree has no .git), else None; never a guess."""
+    import machine
+
+    monkeypatch.setattr(machine, "REPO", tmp_path)  # not a git checkout
+    monkeypatch.setattr(machine, "COMMIT_FILE", tmp_path / ".commit")
+    assert machine.commit() is None
+    (tmp_path / ".commit").write_text("abc1234\n", encoding="utf-8")
+    assert machine.commit() == "abc1234 (from .commit)"
+    monkeypatch.setattr(machine, "REPO", BENCH.parent)
+    here = machine.commit()
+    if here is not None and "(from" not in here:  # this checkout's own git
+        assert here.split("+")[0] and all(c in "0123456789abcdef" for c in here.split("+")[0])
