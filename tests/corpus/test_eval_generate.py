@@ -33,6 +33,30 @@ def test_parse_rate_and_nonempty_parse_rate_differ(tmp_path: Path):
     assert r["per_category"] == {"vox_fn": 2, "x": 1, "tool_trace": 1}
 
 
+def test_feature_coverage_counts_tokens_of_parsing_code(tmp_path: Path):
+    """Each keyword or decorator counts once per sample whose code parses and uses it as a token: not inside a
+    string or a comment, not in code that does not parse."""
+    vox = get_language("vox")
+    code = ('@test\nfn adds() to Unit {\n    // while here is a comment\n    let s = "match in a string"\n'
+            '    for x in [1] {\n        continue\n    }\n}\n')
+    assert vox.parse(code).ok
+    assert vox.features(code) == {"@test", "fn", "to", "let", "for", "in", "continue"}
+    assert vox.features("fn broken( {  @rate_limit") == {"fn", "@rate_limit"}  # tokens, parse or not
+    assert vox.features("\x00\uffff@@@") == set()
+    p = tmp_path / "f.jsonl"
+    rows = [{"prompt": "a", "response": code}, {"prompt": "b", "response": GOOD},
+            {"prompt": "c", "response": "@rate_limit fn broken( {"}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = evaluate_file(p)
+    assert r["feature_counts"]["fn"] == 2 and r["feature_counts"]["@test"] == 1 and r["feature_counts"]["to"] == 2
+    assert "while" in r["features_missing"] and "match" in r["features_missing"]  # comment and string only
+    assert "@rate_limit" in r["features_missing"]  # only in code that does not parse
+    assert r["feature_total"] == len(vox.feature_kinds) and r["feature_coverage"] == len(r["feature_counts"])
+    py = get_language("python")
+    assert py.features("for x in y:\n    pass  # while\ns = 'if'\n") == {"for", "in", "pass"}
+    assert py.features("def f(:\n  (((") <= {"def"}
+
+
 def test_gates_pass_and_fail(tmp_path: Path):
     gates = tmp_path / "g.yaml"
     gates.write_text("eval_local:\n  min_parse_rate: 0.5\n  min_coverage_pct: 0.01\n  block: true\n")

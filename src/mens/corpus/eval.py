@@ -1,8 +1,11 @@
-"""`mens corpus eval`: parse rate, non-empty parse rate, construct coverage and category counts of a train file.
+"""`mens corpus eval`: parse rate, non-empty parse rate, construct and feature coverage and category counts of a
+train file.
 
 A row counts as parsing only when its code parses; it counts as *non-empty* parsing when it also declares
-something (empty or comment-only text parses but is not code). Optional gates in the eval-gates.yaml
-format fail with GateFailed (exit 1). Run: `mens corpus eval train.jsonl -o eval_results.json --gates g.yaml`.
+something (empty or comment-only text parses but is not code). Feature coverage counts, for each keyword and
+decorator of the language, the samples whose parsing code uses it (`feature_counts`; `features_missing`: those no
+sample uses). Optional gates in the eval-gates.yaml format fail with GateFailed (exit 1).
+Run: `mens corpus eval train.jsonl -o eval_results.json --gates g.yaml`.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def evaluate_file(inp: Path, language: str | None = None) -> dict:
     """The eval results for a train/validated JSONL (see module docstring)."""
     inp = require_input(inp, "eval")
     lang = resolve_language(language)
-    cats, kinds, bad_by = Counter(), Counter(), Counter()
+    cats, kinds, bad_by, features = Counter(), Counter(), Counter(), Counter()
     n = n_bad = n_valid = n_unsafe = n_code = n_parse = n_nonempty = 0
     with track("eval") as advance:
         for _, row in read_objects(inp):
@@ -63,10 +66,13 @@ def evaluate_file(inp: Path, language: str | None = None) -> dict:
             if (isinstance(lane, str) and lane in NON_CODE_LANES) or row.get("category") == "tool_trace":
                 continue
             n_code += 1
-            res = lang.parse(code_in_response(text, lang.fence_tags))
+            code = code_in_response(text, lang.fence_tags)
+            res = lang.parse(code)
             n_parse += res.ok
             n_nonempty += res.has_code
             kinds.update(lang.base_kind(k) for k, _ in res.decls)
+            if res.ok:  # a sample counts for the keywords and decorators it uses when its code parses
+                features.update(lang.features(code))
     present = sorted(k for k in kinds if k in lang.construct_kinds)
     rate = n_parse / n_code if n_code else 0.0
     return {
@@ -79,7 +85,11 @@ def evaluate_file(inp: Path, language: str | None = None) -> dict:
         "construct_coverage": len(present), "construct_total": len(lang.construct_kinds),
         "construct_coverage_pct": 100.0 * len(present) / len(lang.construct_kinds),
         "constructs_present": present, "constructs_missing": sorted(set(lang.construct_kinds) - set(present)),
-        "construct_counts": dict(sorted(kinds.items())), "per_category": dict(cats.most_common()),
+        "construct_counts": dict(sorted(kinds.items())),
+        "feature_coverage": sum(1 for f in lang.feature_kinds if features[f]), "feature_total": len(lang.feature_kinds),
+        "features_missing": [f for f in lang.feature_kinds if not features[f]],
+        "feature_counts": {f: features[f] for f in lang.feature_kinds if features[f]},
+        "per_category": dict(cats.most_common()),
         "quality_proxy": rate,
     }
 

@@ -62,6 +62,13 @@ class Language(Protocol):
     """Markdown fence info strings whose blocks hold this language, e.g. ("vox",)."""
     construct_kinds: tuple[str, ...]
     """Every base declaration kind the parser can report (flags like `fn[pub]` reduce to `fn`)."""
+    feature_kinds: tuple[str, ...]
+    """The language's fixed lexical vocabulary that feature coverage counts (Vox: its keywords and decorators)."""
+
+    def features(self, text: str) -> set[str]:
+        """The members of `feature_kinds` that occur as tokens in `text` (not inside strings or comments); never
+        raises."""
+        ...
 
     def parse(self, text: str, mode: Mode = "module") -> ParseResult:
         """Lex and parse `text`; never raises."""

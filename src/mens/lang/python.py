@@ -6,6 +6,9 @@ It proves the protocol is not Vox-shaped: corpus and eval code work on it unchan
 from __future__ import annotations
 
 import ast
+import io
+import keyword
+import tokenize
 import warnings
 
 from mens.lang.base import Diagnostic, Mode, ParseResult
@@ -40,6 +43,7 @@ class PythonLanguage:
     file_extensions = (".py",)
     fence_tags = ("python", "py")
     construct_kinds = ("fn", "class", "import", "assign")
+    feature_kinds = tuple(keyword.kwlist)
 
     def parse(self, text: str, mode: Mode = "module") -> ParseResult:
         try:
@@ -56,6 +60,17 @@ class PythonLanguage:
 
     def base_kind(self, kind: str) -> str:
         return kind.split("[", 1)[0]
+
+    def features(self, text: str) -> set[str]:
+        """Keywords among `text`'s name tokens; those before a tokenize error where the text does not tokenize."""
+        found: set[str] = set()
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+                if tok.type == tokenize.NAME and keyword.iskeyword(tok.string):
+                    found.add(tok.string)
+        except (tokenize.TokenError, SyntaxError, ValueError, RecursionError, MemoryError):
+            pass
+        return found
 
     def completion_suffix(self, text: str) -> str | None:
         for suffix in ("", "\n    pass\n", ")\n", "]\n", '"\n', "0\n"):

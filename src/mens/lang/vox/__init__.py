@@ -11,6 +11,7 @@ from mens.lang.vox.complete import closing_suffix, completion_suffix, finish_tex
 from mens.lang.vox.lexer import Tokens, lex
 from mens.lang.vox.parser import Parser
 from mens.lang.vox.prefix import PrefixChecker, clean_viable_prefix, viable_prefix
+from mens.lang.vox.tokens import DECORATORS, KEYWORDS
 
 CONSTRUCT_KINDS = (
     "fn", "type_struct", "type_adt", "table", "index", "endpoint", "test", "forall", "scheduled", "loading",
@@ -47,9 +48,17 @@ class VoxLanguage:
     file_extensions = (".vox", ".vox.ui")
     fence_tags = ("vox",)
     construct_kinds = CONSTRUCT_KINDS
+    feature_kinds = tuple(sorted(KEYWORDS)) + DECORATORS
 
     def parse(self, text: str, mode: Mode = "module", kind: str = "source") -> ParseResult:
         return parse(text, mode, kind=kind)
+
+    def features(self, text: str) -> set[str]:
+        """Keywords and decorators among `text`'s tokens (the lexer drops comments; strings are their own tokens)."""
+        try:
+            return set(lex(text).kinds).intersection(self.feature_kinds)
+        except (RecursionError, MemoryError, Exception):  # noqa: BLE001 - the protocol forbids raising
+            return set()
 
     def parse_file_text(self, text: str, path: str, mode: Mode = "module") -> ParseResult:
         return parse_file_text(text, path, mode)
