@@ -58,8 +58,8 @@ def side_availability(device: str) -> dict[str, str | None]:
     liger = trl or (None if importlib.util.find_spec("liger_kernel") else "liger-kernel is not installed")
     if not liger and device != "cuda":
         liger = "Liger's kernels are Triton GPU kernels; --device cpu"
-    return {"mens": None, "mens-chunked": None, "mens-torch": None, "mens-peft": None, "mens-mask": None, "trl": trl,
-            "trl-liger": liger}
+    return {"mens": None, "mens-chunked": None, "mens-torch": None, "mens-peft": None, "mens-mask": None,
+            "mens-flat": None, "trl": trl, "trl-liger": liger}
 
 
 def plan_runs(shapes, backends, sides, repeats: int) -> list[dict]:
@@ -169,7 +169,9 @@ def parse_args(argv=None):
                          "linear cross-entropy where that is installed: the loss kernel A/B), mens-torch (mens with "
                          "torch's RMSNorm and MLP instead of Liger's: the layer kernel A/B), mens-peft (peft's LoRA "
                          "MLP modules instead of mens' fused one: that A/B), mens-mask (transformers' block-mask "
-                         "attention over packed rows instead of mens' per-example attention), trl, trl-liger")
+                         "attention over packed rows instead of mens' per-example attention), mens-flat (mens with "
+                         "its fused MLP's 4-bit absmax dequantized once: mens.train.lora_mlp.FLAT_ABSMAX), trl, "
+                         "trl-liger")
     ap.add_argument("--repeats", type=int, help="runs of each side per shape/backend (default 3 on cuda, 1 on cpu)")
     ap.add_argument("--steps", type=int, help="timed optimizer steps per run (default 6; 2 with --tiny)")
     ap.add_argument("--warmup", type=int, help="untimed optimizer steps first (default 2; 1 with --tiny)")

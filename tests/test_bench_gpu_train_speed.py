@@ -198,3 +198,18 @@ def test_records_name_their_commit(tmp_path, monkeypatch):
     here = machine.commit()
     if here is not None and "(from" not in here:  # this checkout's own git
         assert here.split("+")[0] and all(c in "0123456789abcdef" for c in here.split("+")[0])
+
+
+def test_flat_absmax_side(tmp_path):
+    """`mens-flat` is mens with its fused MLP's 4-bit absmax dequantized once (the A/B for QLoRA's cost over LoRA):
+    it runs on the CPU path, says so in its record, and starts from mens' own loss."""
+    out = tmp_path / "flat.json"
+    cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",
+           "--grouped", "--shapes", "qwen2.5-0.5b", "--backends", "qlora", "--sides", "mens,mens-flat",
+           "--lora-dropout", "0", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    by_side = {r["side"]: r for r in json.loads(out.read_text())["results"]}
+    assert by_side["mens-flat"]["flat_absmax"] is True and by_side["mens"]["flat_absmax"] is False
+    assert by_side["mens-flat"]["fused_lora_mlp"].endswith("(gated-MLP products recomputed in backward)")
+    assert by_side["mens-flat"]["first_batch_loss"] == pytest.approx(by_side["mens"]["first_batch_loss"], rel=1e-5)

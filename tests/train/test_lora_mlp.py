@@ -4,6 +4,7 @@ wherever it does not apply."""
 from __future__ import annotations
 
 import contextlib
+import types
 
 import pytest
 import torch
@@ -133,6 +134,38 @@ def test_fused_mlp_over_4bit_base(tiny_model_dir):
     assert loss1 == pytest.approx(loss0, rel=1e-5)
     for name, g in grads0.items():
         assert torch.allclose(grads1[name], g, rtol=1e-3, atol=1e-5 * g.abs().max().item() + 1e-7), name
+
+
+def test_flat_absmax_dequantizes_as_bitsandbytes(monkeypatch):
+    """FLAT_ABSMAX: the weight bitsandbytes' own dequantize_4bit gives, bit for bit, from an absmax dequantized once
+    and kept while the weight is unchanged; a re-quantized weight is dequantized afresh."""
+    bnbf = pytest.importorskip("bitsandbytes.functional")
+    import bitsandbytes as bnb
+
+    lin = bnb.nn.Linear4bit(128, 64, bias=False, compute_dtype=torch.float32, quant_type="nf4",
+                            compress_statistics=True)
+    lin.weight = bnb.nn.Params4bit(torch.randn(64, 128) * 0.05, requires_grad=False, quant_type="nf4",
+                                   compress_statistics=True)._quantize("cpu")
+    assert lin.weight.quant_state.nested
+    want = bnbf.dequantize_4bit(lin.weight.data.view(-1, 1), lin.weight.quant_state)
+    monkeypatch.setattr(lora_mlp, "FLAT_ABSMAX", "auto")
+    first = lora_mlp.dequantized_4bit(lin.weight)
+    kept = lora_mlp._FLAT[lin.weight][1]
+    assert torch.equal(first, want) and torch.equal(lora_mlp.dequantized_4bit(lin.weight), want)
+    assert lora_mlp._FLAT[lin.weight][1] is kept  # dequantized once
+    lin.weight = bnb.nn.Params4bit(torch.randn(64, 128) * 0.05, requires_grad=False, quant_type="nf4",
+                                   compress_statistics=True)._quantize("cpu")
+    assert torch.equal(lora_mlp.dequantized_4bit(lin.weight),
+                       bnbf.dequantize_4bit(lin.weight.data.view(-1, 1), lin.weight.quant_state))
+    x = torch.randn(3, 128)
+    with torch.no_grad():
+        assert torch.allclose(lora_mlp._base(types.SimpleNamespace(base_layer=lin), x), lin(x), atol=1e-6)
+
+
+def test_fused_mlp_over_4bit_base_flat_absmax(tiny_model_dir, monkeypatch):
+    """The QLoRA parity above with FLAT_ABSMAX on: the same loss and gradients as peft's modules."""
+    monkeypatch.setattr(lora_mlp, "FLAT_ABSMAX", "auto")
+    test_fused_mlp_over_4bit_base(tiny_model_dir)
 
 
 @pytest.mark.gpu
