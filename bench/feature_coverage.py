@@ -2,11 +2,12 @@
 
 The question it answers: does the training data cover the documented language as a whole, or only the parts a
 bench's tasks happen to ask for? A model that saw a feature in a handful of answers rarely uses it when a fresh
-task asks for it. The documented language here is what the upstream docs and examples show in code that parses
-(`mens corpus extract` over them, every unit whose code parses); a feature is one of the language's fixed lexical
-words (`Language.feature_kinds`: Vox's keywords and decorators), counted once per sample that uses it as a token
-(`mens corpus eval`'s `feature_counts`). Builtin names that are plain identifiers (layout elements, standard
-library calls) are not features here.
+task asks for it. The documented language here is what the upstream docs and examples show in current code:
+the units of `mens corpus extract` over them that parse, are training-eligible and carry no doc-test skip marker
+such as `// vox:skip` (planned syntax; `mens corpus validate` drops the same units). A feature is one of the
+language's fixed lexical words (`Language.feature_kinds`: Vox's keywords and decorators), counted once per sample
+that uses it as a token (`mens corpus eval`'s `feature_counts`). Builtin names that are plain identifiers (layout
+elements, standard library calls) are not features here.
 
 The record lists every documented feature with its documented units and training samples, and those under
 `--floor` training samples: where new training requests would widen coverage. Choose them from this list, never
@@ -41,7 +42,11 @@ def coverage(train: Path, corpus: list[Path], floor: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="mens-features-") as tmp:
         units = Path(tmp) / "units.jsonl"
         extract_to_file(corpus, units, "vox", rejects=Path(tmp) / "rejects.jsonl")
-        documented = evaluate_file(units, "vox")
+        current = Path(tmp) / "current.jsonl"  # what validate keeps: no doc-test skip marker, training-eligible
+        rows = [json.loads(line) for line in units.read_text(encoding="utf-8").splitlines() if line.strip()]
+        current.write_text("".join(json.dumps(r) + "\n" for r in rows if not r.get("skip_markers")
+                                   and r.get("training_eligible") is not False), encoding="utf-8")
+        documented = evaluate_file(current, "vox")
     trained = evaluate_file(train, "vox")
     docs, used = documented["feature_counts"], trained["feature_counts"]
     table = {f: {"documented_units": docs[f], "train_samples": used.get(f, 0)}

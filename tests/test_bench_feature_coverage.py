@@ -20,7 +20,9 @@ def test_documented_features_against_training_samples(tmp_path: Path):
     docs.mkdir()
     (docs / "guide.md").write_text(
         "# Guide\n\n```vox\n@test\nfn t() to Unit {\n    while true {\n        break\n    }\n}\n```\n\n"
-        "```vox\n@forall fn broken( {\n```\n", encoding="utf-8")  # the second block does not parse
+        "```vox\n@forall fn broken( {\n```\n\n"  # does not parse
+        "```vox\n// vox:skip\n@deprecated\nfn planned() to int {\n    return 1\n}\n```\n",  # planned syntax
+        encoding="utf-8")
     train = tmp_path / "train.jsonl"
     rows = [{"prompt": "p", "response": "@test\nfn t() to Unit {\n    return\n}\n"},
             {"prompt": "q", "response": "fn u() to int {\n    while true {\n        break\n    }\n    return 1\n}\n"}]
@@ -29,5 +31,6 @@ def test_documented_features_against_training_samples(tmp_path: Path):
     assert got["features"]["while"] == {"documented_units": 1, "train_samples": 1}
     assert got["features"]["fn"] == {"documented_units": 1, "train_samples": 2}
     assert "@forall" not in got["features"]  # only in a block that does not parse: not documented
+    assert "@deprecated" not in got["features"]  # only in a block marked vox:skip
     assert got["trained_not_documented"] == ["return"]
     assert set(got["under_floor"]) == {"@test", "while", "break", "true"}  # one sample each; fn and to have two

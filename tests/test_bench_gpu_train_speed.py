@@ -160,17 +160,22 @@ def test_grouped_mode_runs_every_side_of_a_shape_in_one_process(tmp_path):
     assert ratio["same_timed_tokens"] and ratio["supervised_tokens_per_s"]["n"] == 1
 
 
+def _tiny_0_5b_run(tmp_path, backend: str, sides: str) -> dict:
+    """The bench's record of tiny Qwen2.5-0.5B-shaped runs on CPU, one process, no LoRA dropout."""
+    out = tmp_path / "sides.json"
+    cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",
+           "--grouped", "--shapes", "qwen2.5-0.5b", "--backends", backend, "--sides", sides,
+           "--lora-dropout", "0", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
 def test_fused_mlp_and_attention_sides_and_dropout_flag(tmp_path):
     """--lora-dropout 0 reaches both sides' configs; `mens-peft` (peft's MLP modules) is the fused MLP's A/B and
     `mens-mask` (the block mask) the per-example attention's: the default mens run records both features, each A/B
     side lacks its own, and all start from the same loss."""
-    out = tmp_path / "fused.json"
-    cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",
-           "--grouped", "--shapes", "qwen2.5-0.5b", "--backends", "lora", "--sides", "mens,mens-peft,mens-mask",
-           "--lora-dropout", "0", "--out", str(out)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    doc = json.loads(out.read_text())
+    doc = _tiny_0_5b_run(tmp_path, "lora", "mens,mens-peft,mens-mask")
     assert doc["shared_settings"]["lora_dropout"] == 0.0
     by_side = {r["side"]: r for r in doc["results"]}
     assert by_side["mens"]["fused_lora_mlp"].endswith("decoder layers (gated-MLP products recomputed in backward)")
@@ -203,13 +208,7 @@ def test_records_name_their_commit(tmp_path, monkeypatch):
 def test_flat_absmax_side(tmp_path):
     """`mens-flat` is mens with its fused MLP's 4-bit absmax dequantized once (the A/B for QLoRA's cost over LoRA):
     it runs on the CPU path, says so in its record, and starts from mens' own loss."""
-    out = tmp_path / "flat.json"
-    cmd = [sys.executable, str(BENCH / "gpu_train_speed.py"), "--device", "cpu", "--tiny", "--threads", "1",
-           "--grouped", "--shapes", "qwen2.5-0.5b", "--backends", "qlora", "--sides", "mens,mens-flat",
-           "--lora-dropout", "0", "--out", str(out)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    by_side = {r["side"]: r for r in json.loads(out.read_text())["results"]}
+    by_side = {r["side"]: r for r in _tiny_0_5b_run(tmp_path, "qlora", "mens,mens-flat")["results"]}
     assert by_side["mens-flat"]["flat_absmax"] is True and by_side["mens"]["flat_absmax"] is False
     assert by_side["mens-flat"]["fused_lora_mlp"].endswith("(gated-MLP products recomputed in backward)")
     assert by_side["mens-flat"]["first_batch_loss"] == pytest.approx(by_side["mens"]["first_batch_loss"], rel=1e-5)
