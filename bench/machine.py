@@ -43,7 +43,7 @@ def machine() -> dict:
 
 COMMIT_FILE = REPO / ".commit"
 """Where a run without git finds its commit: a device call gets a copy of the working tree without `.git`, so the
-session writes `git rev-parse --short HEAD > .commit` first and carries it (bench/gpu_call.sh)."""
+caller writes `git rev-parse --short HEAD > .commit` first and carries it (bench/gpu_call.sh)."""
 
 
 def commit() -> str | None:
