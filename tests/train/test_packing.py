@@ -108,6 +108,24 @@ def test_packing_leak_check_passes_an_isolating_model_and_catches_a_leak(tiny_mo
     assert packing_leaks(IgnoresPositions(model), "cpu", autocast, model.config.vocab_size)
 
 
+def test_leak_check_restores_training_mode_when_a_forward_fails(tiny_model_dir):
+    """The isolation checks run in eval mode; a forward that raises leaves the model in the mode it had."""
+    from contextlib import nullcontext
+
+    from mens.train.preflight import packing_leaks
+
+    model = load_base(tiny_model_dir, backend="lora", device="cpu")
+    model.train()
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("kernel failed")
+
+    model.forward = fails
+    with pytest.raises(RuntimeError, match="kernel failed"):
+        packing_leaks(model, "cpu", nullcontext, model.config.vocab_size)
+    assert model.training
+
+
 def test_packing_leak_check_covers_batches_of_several_rows(tiny_model_dir):
     """Fault: position ids honoured for a single row only (a batch of 2+ rows drops them). A one-row check passes
     this model; the check runs the 2-row case training sees and catches it."""

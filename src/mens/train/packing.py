@@ -175,6 +175,28 @@ def shared_probe_rows(vocab: int) -> list[Row]:
     return [exs[:2], exs[2:]]
 
 
+def isolation_error(model, device: str, autocast, batch: dict, exs: list[Example], spans) -> tuple[float, float]:
+    """(largest difference, largest logit) between each example's logits in one packed forward of `batch` and its
+    forward alone, in eval mode without gradients (the mode is restored, also when a forward raises).
+    `spans(logits)` yields (index into `exs`, that example's logits in the packed output)."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), autocast():
+            got = model(**model_inputs(model, batch, device, packed=True)).logits
+            alone = [model(input_ids=torch.tensor([ex.ids]).to(device), use_cache=False).logits[0].float()
+                     for ex in exs]
+    finally:
+        model.train(was_training)
+    diff, scale = 0.0, 0.0
+    for i, mine in spans(got):
+        diff = max(diff, float((mine.float() - alone[i]).abs().max()))
+        scale = max(scale, float(alone[i].abs().max()))
+    return diff, scale
+
+
 def shared_layout_error(model, device: str, autocast, vocab: int) -> float:
     """Largest difference, relative to the logits' scale, between each example's logits in the shared-prefix
     layout (`collate_shared`, the prefix's logits taken as every sharing example's own) and its forward alone."""
@@ -185,22 +207,15 @@ def shared_layout_error(model, device: str, autocast, vocab: int) -> float:
     batch = collate_shared(rows)
     n, group = shared_prefix(exs)
     bounds = batch["cu_seq_lens"].tolist()
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), autocast():
-            got = model(**model_inputs(model, batch, device, packed=True)).logits[0].float()
-            alone = [model(input_ids=torch.tensor([ex.ids]).to(device), use_cache=False).logits[0].float()
-                     for ex in exs]
-    finally:
-        model.train(was_training)
     order = group + [i for i in range(len(exs)) if i not in group]
-    diff, scale = 0.0, 0.0
-    for k, i in enumerate(order):
-        span = got[bounds[k + 1]:bounds[k + 2]]
-        mine = torch.cat((got[:n], span)) if i in group else span
-        diff = max(diff, float((mine - alone[i]).abs().max()))
-        scale = max(scale, float(alone[i].abs().max()))
+
+    def spans(logits):
+        got = logits[0]
+        for k, i in enumerate(order):
+            span = got[bounds[k + 1]:bounds[k + 2]]
+            yield i, (torch.cat((got[:n], span)) if i in group else span)
+
+    diff, scale = isolation_error(model, device, autocast, batch, exs, spans)
     return diff / (scale or 1.0)
 
 

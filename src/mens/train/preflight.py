@@ -95,28 +95,22 @@ def packing_leaks(model, device: str, autocast, vocab: int) -> bool:
     with the same inputs as a training step (`model_inputs`); every example's logits must match its own forward.
     A model that shares prompt prefixes is also checked in that layout (`packing.shared_layout_error`).
     """
-    import torch
-
-    from mens.train.packing import ISOLATION_TOLERANCE, collate, model_inputs, probe_rows
+    from mens.train.packing import ISOLATION_TOLERANCE, collate, isolation_error, probe_rows
 
     rows = probe_rows(vocab)
     exs = [ex for row in rows for ex in row]
     batch = collate(rows, 0)
-    was_training = model.training
-    model.eval()
-    with torch.no_grad(), autocast():
-        packed = model(**model_inputs(model, batch, device, packed=True)).logits
-        packed = packed.reshape(*batch["input_ids"].shape, -1).float()  # (B, T, V) again where it was flattened
-        alone = [model(input_ids=torch.tensor([ex.ids]).to(device), use_cache=False).logits[0].float() for ex in exs]
-    model.train(was_training)
-    diff, scale, k = 0.0, 0.0, 0
-    for r, row in enumerate(rows):
-        offset = 0
-        for ex in row:
-            n = len(ex.ids)
-            diff = max(diff, float((packed[r, offset:offset + n] - alone[k]).abs().max()))
-            scale = max(scale, float(alone[k].abs().max()))
-            offset, k = offset + n, k + 1
+
+    def spans(logits):
+        packed = logits.reshape(*batch["input_ids"].shape, -1)  # (B, T, V) again where it was flattened
+        k = 0
+        for r, row in enumerate(rows):
+            offset = 0
+            for ex in row:
+                yield k, packed[r, offset:offset + len(ex.ids)]
+                offset, k = offset + len(ex.ids), k + 1
+
+    diff, scale = isolation_error(model, device, autocast, batch, exs, spans)
     # Measured against the logits' own scale: under bf16 autocast (emulated on CPUs without native bf16) an
     # isolated example still differs by ~1% of the largest logit from kernel blocking, while a leak moves the
     # logits by about their whole scale (the first token of the second example sees five more tokens).
