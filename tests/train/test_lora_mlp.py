@@ -112,9 +112,14 @@ def test_layer_kernels_leave_fused_mlps_alone():
     assert note == "reference: RMSNorm in 4 places"
 
 
-def test_fused_mlp_over_4bit_base(tiny_model_dir):
-    """QLoRA: the base projections are bitsandbytes NF4 layers; the input gradient dequantizes as bnb's does."""
+@pytest.mark.parametrize("flat_absmax", ["off", "auto"])
+def test_fused_mlp_over_4bit_base(tiny_model_dir, monkeypatch, flat_absmax):
+    """QLoRA: the base projections are bitsandbytes NF4 layers; the input gradient dequantizes as bnb's does, also
+    with FLAT_ABSMAX on (its absmax dequantized once per weight)."""
     from mens.model.load import load_base
+
+    monkeypatch.setattr(lora_mlp, "FLAT_ABSMAX", flat_absmax)
+    monkeypatch.setattr(lora_mlp, "_FLAT", lora_mlp.WeakIdKeyDictionary())
 
     def build():
         torch.manual_seed(0)
@@ -134,6 +139,7 @@ def test_fused_mlp_over_4bit_base(tiny_model_dir):
     assert loss1 == pytest.approx(loss0, rel=1e-5)
     for name, g in grads0.items():
         assert torch.allclose(grads1[name], g, rtol=1e-3, atol=1e-5 * g.abs().max().item() + 1e-7), name
+    assert (len(lora_mlp._FLAT) > 0) == (flat_absmax == "auto")  # the flat path ran exactly when switched on
 
 
 def test_flat_absmax_dequantizes_as_bitsandbytes(monkeypatch):
@@ -160,12 +166,6 @@ def test_flat_absmax_dequantizes_as_bitsandbytes(monkeypatch):
     x = torch.randn(3, 128)
     with torch.no_grad():
         assert torch.allclose(lora_mlp._base(types.SimpleNamespace(base_layer=lin), x), lin(x), atol=1e-6)
-
-
-def test_fused_mlp_over_4bit_base_flat_absmax(tiny_model_dir, monkeypatch):
-    """The QLoRA parity above with FLAT_ABSMAX on: the same loss and gradients as peft's modules."""
-    monkeypatch.setattr(lora_mlp, "FLAT_ABSMAX", "auto")
-    test_fused_mlp_over_4bit_base(tiny_model_dir)
 
 
 @pytest.mark.gpu
