@@ -266,15 +266,15 @@ def run_mens(a: dict, work: Path) -> dict:
     from mens.train import loss
 
     telemetry.Telemetry.emit = timed_emit  # undone below: grouped runs share this process
-    from mens.train import kernels, lora_mlp, segment_attention
+    from mens.train import flat_4bit, kernels, lora_mlp, segment_attention
 
     fused, layer, mlp = loss.FUSED_CE, kernels.LAYER_KERNELS, lora_mlp.FUSED_LORA_MLP
     segments = segment_attention.SEGMENT_ATTENTION
     loss.FUSED_CE = "off" if a["side"] == "mens-chunked" else "auto"  # the loss kernel A/B (mens.train.loss)
     kernels.LAYER_KERNELS = "off" if a["side"] == "mens-torch" else "auto"  # the layer kernel A/B
     lora_mlp.FUSED_LORA_MLP = "off" if a["side"] == "mens-peft" else "auto"  # the fused LoRA MLP A/B
-    flat = lora_mlp.FLAT_ABSMAX
-    lora_mlp.FLAT_ABSMAX = "auto" if a["side"] == "mens-flat" else "off"  # its 4-bit absmax dequantized once
+    flat = flat_4bit.FLAT_ABSMAX
+    flat_4bit.FLAT_ABSMAX = "auto" if a["side"] == "mens-flat" else "off"  # 4-bit absmax dequantized once
     # per-example (varlen flash) attention against transformers' block mask
     segment_attention.SEGMENT_ATTENTION = "off" if a["side"] == "mens-mask" else "auto"
     cfg = TrainConfig(data=a["data"], output_dir=str(work / "run"), model=a["model_dir"], backend=a["backend"],
@@ -288,7 +288,7 @@ def run_mens(a: dict, work: Path) -> dict:
         summary = run_training(cfg)
     finally:
         telemetry.Telemetry.emit, loss.FUSED_CE = emit, fused
-        kernels.LAYER_KERNELS, lora_mlp.FUSED_LORA_MLP, lora_mlp.FLAT_ABSMAX = layer, mlp, flat
+        kernels.LAYER_KERNELS, lora_mlp.FUSED_LORA_MLP, flat_4bit.FLAT_ABSMAX = layer, mlp, flat
         segment_attention.SEGMENT_ATTENTION = segments
     manifest = json.loads((work / "run" / MANIFEST).read_text())
     checks = json.loads((work / "run" / PREFLIGHT).read_text())["checks"]
@@ -296,7 +296,7 @@ def run_mens(a: dict, work: Path) -> dict:
             "layer_kernels": next((c["detail"] for c in checks if c["check"] == "layer kernels"), "torch's"),
             "fused_lora_mlp": next((c["detail"] for c in checks if c["check"] == "fused LoRA MLP"), "peft's"),
             "attention": next((c["detail"] for c in checks if c["check"] == "attention"), "block mask"),
-            "flat_absmax": a["side"] == "mens-flat",
+            "flat_absmax": next((c["detail"] for c in checks if c["check"] == "4-bit absmax"), False),
             "matmul_dtype": manifest.get("matmul_dtype"), "packed_rows": manifest["examples"]["train_rows"],
             **clock.timed(a["warmup"])}
 

@@ -170,7 +170,7 @@ def parse_args(argv=None):
                          "torch's RMSNorm and MLP instead of Liger's: the layer kernel A/B), mens-peft (peft's LoRA "
                          "MLP modules instead of mens' fused one: that A/B), mens-mask (transformers' block-mask "
                          "attention over packed rows instead of mens' per-example attention), mens-flat (mens with "
-                         "its fused MLP's 4-bit absmax dequantized once: mens.train.lora_mlp.FLAT_ABSMAX), trl, "
+                         "every 4-bit projection's absmax dequantized once: mens.train.flat_4bit.FLAT_ABSMAX), trl, "
                          "trl-liger")
     ap.add_argument("--repeats", type=int, help="runs of each side per shape/backend (default 3 on cuda, 1 on cpu)")
     ap.add_argument("--steps", type=int, help="timed optimizer steps per run (default 6; 2 with --tiny)")

@@ -4,14 +4,13 @@ wherever it does not apply."""
 from __future__ import annotations
 
 import contextlib
-import types
 
 import pytest
 import torch
 from tiny_archs import tiny_model
 
 from mens.model.lora import attach_lora
-from mens.train import lora_mlp
+from mens.train import flat_4bit, lora_mlp
 from mens.train.kernels import bind_layer_kernels
 from mens.train.lora_mlp import fuse_lora_mlps, is_fused
 
@@ -118,8 +117,8 @@ def test_fused_mlp_over_4bit_base(tiny_model_dir, monkeypatch, flat_absmax):
     with FLAT_ABSMAX on (its absmax dequantized once per weight)."""
     from mens.model.load import load_base
 
-    monkeypatch.setattr(lora_mlp, "FLAT_ABSMAX", flat_absmax)
-    monkeypatch.setattr(lora_mlp, "_FLAT", lora_mlp.WeakIdKeyDictionary())
+    monkeypatch.setattr(flat_4bit, "FLAT_ABSMAX", flat_absmax)
+    monkeypatch.setattr(flat_4bit, "_FLAT", flat_4bit.WeakIdKeyDictionary())
 
     def build():
         torch.manual_seed(0)
@@ -139,33 +138,8 @@ def test_fused_mlp_over_4bit_base(tiny_model_dir, monkeypatch, flat_absmax):
     assert loss1 == pytest.approx(loss0, rel=1e-5)
     for name, g in grads0.items():
         assert torch.allclose(grads1[name], g, rtol=1e-3, atol=1e-5 * g.abs().max().item() + 1e-7), name
-    assert (len(lora_mlp._FLAT) > 0) == (flat_absmax == "auto")  # the flat path ran exactly when switched on
+    assert (len(flat_4bit._FLAT) > 0) == (flat_absmax == "auto")  # the flat path ran exactly when switched on
 
-
-def test_flat_absmax_dequantizes_as_bitsandbytes(monkeypatch):
-    """FLAT_ABSMAX: the weight bitsandbytes' own dequantize_4bit gives, bit for bit, from an absmax dequantized once
-    and kept while the weight is unchanged; a re-quantized weight is dequantized afresh."""
-    bnbf = pytest.importorskip("bitsandbytes.functional")
-    import bitsandbytes as bnb
-
-    lin = bnb.nn.Linear4bit(128, 64, bias=False, compute_dtype=torch.float32, quant_type="nf4",
-                            compress_statistics=True)
-    lin.weight = bnb.nn.Params4bit(torch.randn(64, 128) * 0.05, requires_grad=False, quant_type="nf4",
-                                   compress_statistics=True)._quantize("cpu")
-    assert lin.weight.quant_state.nested
-    want = bnbf.dequantize_4bit(lin.weight.data.view(-1, 1), lin.weight.quant_state)
-    monkeypatch.setattr(lora_mlp, "FLAT_ABSMAX", "auto")
-    first = lora_mlp.dequantized_4bit(lin.weight)
-    kept = lora_mlp._FLAT[lin.weight][1]
-    assert torch.equal(first, want) and torch.equal(lora_mlp.dequantized_4bit(lin.weight), want)
-    assert lora_mlp._FLAT[lin.weight][1] is kept  # dequantized once
-    lin.weight = bnb.nn.Params4bit(torch.randn(64, 128) * 0.05, requires_grad=False, quant_type="nf4",
-                                   compress_statistics=True)._quantize("cpu")
-    assert torch.equal(lora_mlp.dequantized_4bit(lin.weight),
-                       bnbf.dequantize_4bit(lin.weight.data.view(-1, 1), lin.weight.quant_state))
-    x = torch.randn(3, 128)
-    with torch.no_grad():
-        assert torch.allclose(lora_mlp._base(types.SimpleNamespace(base_layer=lin), x), lin(x), atol=1e-6)
 
 
 @pytest.mark.gpu

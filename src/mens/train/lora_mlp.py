@@ -23,18 +23,12 @@ import types
 
 import torch
 import torch.nn.functional as F
-from torch.utils.weak import WeakIdKeyDictionary
 
+from mens.train import flat_4bit
+from mens.train.flat_4bit import dequantized_4bit
 from mens.train.int8_base import Int8Linear
 
 FUSED_LORA_MLP = "auto"  # "auto": fuse every MLP that qualifies; "off": peft's modules (the benchmark's A/B)
-FLAT_ABSMAX = "off"
-"""4-bit projections of a fused MLP: "auto" dequantizes each weight's double-quantized absmax once (kept in f32, 1/16
-of a byte a parameter) and calls bitsandbytes' 4-bit dequantize op directly, instead of `dequantize_4bit` doing
-both on every forward and backward call. On CPU the call then takes 66 instead of 108 us for a small weight: what
-that saves a GPU step whose kernels wait on Python (Qwen2.5-0.5B QLoRA took 1.33x LoRA's time on an H200) is NOT
-MEASURED, so it is off unless the GPU benchmark's `mens-flat` side turns it on."""
-_FLAT: WeakIdKeyDictionary = WeakIdKeyDictionary()  # 4-bit weight -> ((quant state, storage, version), f32 absmax)
 
 
 def fuse_lora_mlps(model, autocast) -> str | None:
@@ -117,32 +111,14 @@ def _input_grad(base, grad):
     return grad @ dequantized_4bit(base.weight).to(grad.dtype)
 
 
-def dequantized_4bit(weight):
-    """A bitsandbytes 4-bit weight in its compute dtype, as `bitsandbytes.functional.dequantize_4bit` gives it; with
-    FLAT_ABSMAX on, from an absmax dequantized once per weight."""
-    import bitsandbytes.functional as bnbf
-
-    qs = weight.quant_state
-    if FLAT_ABSMAX == "off" or not qs.nested:
-        return bnbf.dequantize_4bit(weight.data.view(-1, 1), qs)
-    key = (id(qs), weight.data_ptr(), weight._version)
-    kept = _FLAT.get(weight)
-    if kept is None or kept[0] != key:
-        absmax = bnbf.dequantize_blockwise(qs.absmax, qs.state2) + qs.offset  # dequantize_4bit's own steps
-        kept = (key, absmax.float())
-        _FLAT[weight] = kept
-    return torch.ops.bitsandbytes.dequantize_4bit.default(weight.data.view(-1, 1), kept[1], qs.blocksize,
-                                                          qs.quant_type, qs.shape, qs.dtype)
-
-
 def _base(proj, x):
     """The frozen base projection of x: the module itself, except a 4-bit one under FLAT_ABSMAX (the same matmul
     of the same dequantized weight, in the dtype bitsandbytes computes and returns)."""
     base = proj.base_layer
-    if FLAT_ABSMAX == "off" or type(base).__name__ != "Linear4bit":
+    if flat_4bit.FLAT_ABSMAX == "off" or type(base).__name__ != "Linear4bit":
         return base(x)
     dtype = base.compute_dtype or x.dtype
-    return F.linear(x.to(dtype), dequantized_4bit(base.weight).to(dtype)).to(x.dtype)
+    return F.linear(x.to(dtype), dequantized_4bit(base.weight, dtype)).to(x.dtype)
 
 
 def _liger_swiglu(t: torch.Tensor):

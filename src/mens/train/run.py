@@ -451,6 +451,10 @@ def run_training(cfg: TrainConfig) -> dict:
 
         if fused := fuse_lora_mlps(model, autocast):
             pf.ok("fused LoRA MLP", fused)
+        from mens.train.flat_4bit import flatten_4bit_bases
+
+        if flat := flatten_4bit_bases(model):
+            pf.ok("4-bit absmax", flat)
     from mens.train.kernels import layer_kernels
 
     if kernels := layer_kernels(model, device, autocast):
