@@ -15,6 +15,7 @@ from mens.errors import DataError
 from mens.evaluate.bench import load_bench, load_references
 
 CONFIRM = Path(__file__).parents[2] / "bench" / "confirm" / "vox_confirm.jsonl"
+FEATURES = Path(__file__).parents[2] / "bench" / "features" / "vox_features.jsonl"
 REQUESTS = load_requests("vox")  # raises, naming the line, if any answer fails its own checks
 
 
@@ -34,12 +35,13 @@ def test_shipped_requests_are_many_varied_and_cover_the_bench_categories():
     assert sum("vox" not in r.prompt.lower() for r in REQUESTS) >= len(REQUESTS) // 3
 
 
-@pytest.mark.parametrize("split_name", ["heldout", "confirm"])
+@pytest.mark.parametrize("split_name", ["heldout", "confirm", "features"])
 def test_requests_stay_apart_from_the_tasks_models_are_judged_on(split_name):
     if split_name == "heldout":
         tasks, refs = heldout_tasks(None, "heldout")
     else:
-        tasks, refs = load_bench(CONFIRM), load_references(CONFIRM)
+        split = CONFIRM if split_name == "confirm" else FEATURES
+        tasks, refs = load_bench(split), load_references(split)
     kept, report = decontaminate(request_pairs("vox"), tasks, refs)
     assert report.dropped == [], report.dropped[:3]
     assert report.max_prompt_similarity < 0.3
