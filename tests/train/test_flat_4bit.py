@@ -7,8 +7,8 @@ import types
 
 import pytest
 import torch
+from tiny_archs import live_lora
 
-from mens.model.lora import attach_lora
 from mens.train import flat_4bit
 from mens.train.flat_4bit import dequantized_4bit, flatten_4bit_bases
 from mens.train.lora_mlp import _base
@@ -74,14 +74,7 @@ def test_flat_bases_give_bitsandbytes_loss_and_gradients(tiny_qwen_dir, flat):
     from mens.model.load import load_base
 
     def build():
-        torch.manual_seed(0)
-        model = attach_lora(load_base(tiny_qwen_dir, backend="qlora", device="cpu"), r=4, alpha=8, dropout=0.0)
-        gen = torch.Generator().manual_seed(0)
-        for module in model.modules():
-            if hasattr(module, "lora_B"):
-                with torch.no_grad():
-                    module.lora_B["default"].weight.normal_(0.0, 0.1, generator=gen)
-        return model.train()
+        return live_lora(load_base(tiny_qwen_dir, backend="qlora", device="cpu")).train()
 
     def loss_and_grads(model):
         ids = torch.randint(2, 300, (2, 16), generator=torch.Generator().manual_seed(1))

@@ -7,9 +7,8 @@ import contextlib
 
 import pytest
 import torch
-from tiny_archs import tiny_model
+from tiny_archs import live_lora, tiny_model
 
-from mens.model.lora import attach_lora
 from mens.train import flat_4bit, lora_mlp
 from mens.train.kernels import bind_layer_kernels
 from mens.train.lora_mlp import fuse_lora_mlps, is_fused
@@ -18,15 +17,7 @@ CPU_BF16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
 
 
 def _model(arch: str, dropout: float = 0.0, seed: int = 0):
-    model = tiny_model(arch, seed=seed)
-    torch.manual_seed(seed)
-    model = attach_lora(model, r=4, alpha=8, dropout=dropout)
-    gen = torch.Generator().manual_seed(seed)
-    for module in model.modules():  # non-zero B, so every LoRA branch shows in the output and the gradients
-        if hasattr(module, "lora_B"):
-            with torch.no_grad():
-                module.lora_B["default"].weight.normal_(0.0, 0.1, generator=gen)
-    return model
+    return live_lora(tiny_model(arch, seed=seed), dropout=dropout, seed=seed)
 
 
 def _loss_and_grads(model, autocast=contextlib.nullcontext):
@@ -121,14 +112,7 @@ def test_fused_mlp_over_4bit_base(tiny_model_dir, monkeypatch, flat_absmax):
     monkeypatch.setattr(flat_4bit, "_FLAT", flat_4bit.WeakIdKeyDictionary())
 
     def build():
-        torch.manual_seed(0)
-        model = attach_lora(load_base(tiny_model_dir, backend="qlora", device="cpu"), r=4, alpha=8, dropout=0.0)
-        gen = torch.Generator().manual_seed(0)
-        for module in model.modules():
-            if hasattr(module, "lora_B"):
-                with torch.no_grad():
-                    module.lora_B["default"].weight.normal_(0.0, 0.1, generator=gen)
-        return model
+        return live_lora(load_base(tiny_model_dir, backend="qlora", device="cpu"))
 
     ref, fused = build(), build()
     assert fuse_lora_mlps(fused, contextlib.nullcontext) == "2 of 2 decoder layers (gated-MLP products recomputed " \
@@ -149,15 +133,7 @@ def test_fused_mlp_on_cuda(backend, tiny_model_dir):
     from mens.model.load import load_base
 
     def build():
-        torch.manual_seed(0)
-        model = attach_lora(load_base(tiny_model_dir, backend=backend, device="cuda"), r=4, alpha=8, dropout=0.0)
-        gen = torch.Generator().manual_seed(0)
-        for module in model.modules():
-            if hasattr(module, "lora_B"):
-                with torch.no_grad():
-                    w = module.lora_B["default"].weight
-                    w.copy_(torch.randn(w.shape, generator=gen) * 0.1)
-        return model
+        return live_lora(load_base(tiny_model_dir, backend=backend, device="cuda"))
 
     autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
     ref, fused = build(), build()

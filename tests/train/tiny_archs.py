@@ -63,3 +63,21 @@ def expected_targets(model) -> tuple[set[str], set[str]]:
         if leaf == "experts":
             params |= {f"{name}.{p}" for p, v in module.named_parameters(recurse=False) if v.dim() == 3}
     return modules, params
+
+
+def live_lora(model, r: int = 4, alpha: int = 8, dropout: float = 0.0, seed: int = 0):
+    """`model` with LoRA adapters whose B is drawn non-zero, so every LoRA branch shows in the output and the
+    gradients (deterministic for a seed)."""
+    import torch
+
+    from mens.model.lora import attach_lora
+
+    torch.manual_seed(seed)
+    model = attach_lora(model, r=r, alpha=alpha, dropout=dropout)
+    gen = torch.Generator().manual_seed(seed)
+    for module in model.modules():
+        if hasattr(module, "lora_B"):
+            with torch.no_grad():
+                w = module.lora_B["default"].weight
+                w.copy_(torch.randn(w.shape, generator=gen) * 0.1)  # drawn on the CPU: the same on any device
+    return model
