@@ -57,7 +57,7 @@ class VoxLanguage:
         """Keywords and decorators among `text`'s tokens (the lexer drops comments; strings are their own tokens)."""
         try:
             return set(lex(text).kinds).intersection(self.feature_kinds)
-        except (RecursionError, MemoryError, Exception):  # noqa: BLE001 - the protocol forbids raising
+        except Exception:  # noqa: BLE001 - the protocol forbids raising (RecursionError and MemoryError included)
             return set()
 
     def parse_file_text(self, text: str, path: str, mode: Mode = "module") -> ParseResult:
