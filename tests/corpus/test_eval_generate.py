@@ -43,6 +43,7 @@ def test_feature_coverage_counts_tokens_of_parsing_code(tmp_path: Path):
     assert vox.features(code) == {"@test", "fn", "to", "let", "for", "in", "continue"}
     assert vox.features("fn broken( {  @rate_limit") == {"fn", "@rate_limit"}  # tokens, parse or not
     assert vox.features("\x00\uffff@@@") == set()
+    assert vox.features("import std.http\nfn f() to int {\n    return r.http\n}\n") == {"import", "fn", "to", "return"}
     p = tmp_path / "f.jsonl"
     rows = [{"prompt": "a", "response": code}, {"prompt": "b", "response": GOOD},
             {"prompt": "c", "response": "@rate_limit fn broken( {"}]

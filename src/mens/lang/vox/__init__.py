@@ -54,9 +54,12 @@ class VoxLanguage:
         return parse(text, mode, kind=kind)
 
     def features(self, text: str) -> set[str]:
-        """Keywords and decorators among `text`'s tokens (the lexer drops comments; strings are their own tokens)."""
+        """Keywords and decorators among `text`'s tokens (the lexer drops comments; strings are their own tokens).
+        A keyword right after a `.` is a path or member name (`import std.http`, `req.http`), not its feature."""
         try:
-            return set(lex(text).kinds).intersection(self.feature_kinds)
+            kinds = lex(text).kinds
+            after_dot = zip(("", *kinds[:-1]), kinds, strict=True)
+            return {k for prev, k in after_dot if prev != "."}.intersection(self.feature_kinds)
         except Exception:  # noqa: BLE001 - the protocol forbids raising (RecursionError and MemoryError included)
             return set()
 
