@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mens.dogfood.budget import MIN_STEPS, Probe, parse_budget, plan_budget
@@ -61,3 +63,63 @@ def test_the_launch_time_counts_only_when_it_is_this_commands():
     for value in ("-3000", "1001", "soon", ""):  # over an hour back, in the future, not a number, empty
         assert since_launch(1000.0, {LAUNCHED_AT_ENV: value}) is None, value
     assert since_launch(1000.0, {}) is None
+
+
+STAT = """cpu  900 10 300 5000 40 5 6 70 0 0
+cpu0 400 5 100 2500 20 2 3 30 0 0
+cpu1 500 5 200 2500 20 3 3 40 0 0
+cpu2 999 0 0 0 0 0 0 0 0 0
+intr 12345
+ctxt 678
+"""
+
+
+def test_busy_seconds_counts_the_allowed_cpus_without_idle_or_steal():
+    from mens.dogfood.budget import busy_seconds
+
+    # cpu0: user 400 + nice 5 + system 100 + irq 2 + softirq 3; idle, iowait and steal (30) are not busy
+    assert busy_seconds(STAT, {0}, 100.0) == pytest.approx(5.10)
+    assert busy_seconds(STAT, {0, 1}, 100.0) == pytest.approx(5.10 + 7.11)  # the aggregate line is not added
+    assert busy_seconds(STAT, {5}, 100.0) == 0.0
+
+
+def test_others_cores_is_busy_time_this_process_did_not_spend():
+    from mens.dogfood.budget import CpuSnapshot, others_cores
+
+    before = CpuSnapshot(wall_s=100.0, busy_s=1000.0, own_s=50.0)
+    assert others_cores(before, CpuSnapshot(wall_s=110.0, busy_s=1030.0, own_s=70.0)) == 1.0  # 30 busy, 20 ours
+    assert others_cores(before, CpuSnapshot(wall_s=110.0, busy_s=1019.0, own_s=70.0)) == 0.0  # tick rounding
+    assert others_cores(before, None) is None and others_cores(None, before) is None
+    assert others_cores(before, before) is None
+
+
+def test_a_busy_probe_is_named_in_the_plan():
+    quiet = plan_budget(1800, 120, 100, _probe())
+    probe = _probe()
+    probe.others_cores = 1.2
+    busy = plan_budget(1800, 120, 100, probe)
+    assert busy.steps == quiet.steps  # the reading informs the user; the plan still fits the measured step time
+    assert "other processes kept 1.2 cores busy" in busy.note and "other processes" not in quiet.note
+    probe.others_cores = 0.3
+    assert "other processes" not in plan_budget(1800, 120, 100, probe).note
+
+
+@pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="reads Linux's /proc/stat")
+def test_a_real_reading_sees_another_process_and_not_this_one():
+    import subprocess
+    import sys
+    import time
+
+    from mens.dogfood.budget import cpu_snapshot, others_cores
+
+    before = cpu_snapshot()
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:  # this process's own work is not "others"
+        pass
+    own = others_cores(before, cpu_snapshot())
+    before = cpu_snapshot()
+    subprocess.run([sys.executable, "-c", "import time\nt=time.monotonic()+0.8\nwhile time.monotonic()<t: pass"],
+                   check=True)
+    other = others_cores(before, cpu_snapshot())
+    assert own is not None and other is not None
+    assert other - own >= 0.4, (own, other)  # a difference: a steady load of other jobs is in both readings

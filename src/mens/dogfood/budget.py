@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import statistics
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -97,6 +99,9 @@ class Probe:
     recipe_steps: int
     """Steps the recipe would train without a budget (epochs x steps per epoch, or its max_steps)."""
     tokens_per_s: float | None = None
+    others_cores: float | None = None
+    """Cores that other processes kept busy while the probe ran (None where it cannot be read): a step time
+    measured beside another job plans fewer steps than the quiet machine would train."""
 
 
 @dataclass
@@ -133,7 +138,9 @@ def probe_training(tc, probe_dir: Path, steps: int = PROBE_STEPS) -> Probe:
     cfg.output_dir, cfg.max_steps, cfg.eval_every, cfg.save_every = str(probe_dir), steps, 0, 0
     cfg.resume, cfg.log_every_s = False, 3600.0
     shutil.rmtree(probe_dir, ignore_errors=True)
+    before = cpu_snapshot()
     summary = run_training(cfg)
+    others = others_cores(before, cpu_snapshot())
     events = read_events(probe_dir)
     start = next(e for e in events if e.get("event") == "train_start")
     step_events = [e for e in events if e.get("event") == "step"]
@@ -145,7 +152,7 @@ def probe_training(tc, probe_dir: Path, steps: int = PROBE_STEPS) -> Probe:
     shutil.rmtree(probe_dir, ignore_errors=True)
     return Probe(step_s=round(step_s, 3), val_s=round(val_s, 2),
                  startup_s=round(summary["wall_time_s"] - summary["train_time_s"], 2), recipe_steps=recipe,
-                 tokens_per_s=summary.get("tokens_per_s"))
+                 tokens_per_s=summary.get("tokens_per_s"), others_cores=others)
 
 
 def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Probe, *, cpu: str = "",
@@ -167,11 +174,60 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
                 f"({how}; {elapsed_s / 60:.1f} min spent before training, {reserve / 60:.1f} min reserved after)")
     else:
         note = f"the recipe's {steps} steps fit the budget ({how})"
+    if probe.others_cores is not None and probe.others_cores >= BUSY_CORES:
+        note += (f"; other processes kept {probe.others_cores:.1f} cores busy while the probe ran, so a quiet "
+                 "machine trains more steps in this budget")
     return BudgetPlan(budget_s=budget_s, elapsed_s=round(elapsed_s, 1), reserve_s=round(reserve, 1),
                       train_s=round(train_s, 1), steps=steps, recipe_steps=probe.recipe_steps,
                       max_time_s=round(max(probe.step_s * MIN_STEPS, train_s - probe.startup_s - probe.val_s), 1),
                       probe=probe, cpu=cpu,
                       native_bf16=native_bf16, note=note)
+
+
+BUSY_CORES = 0.5
+"""Other processes' load, in cores, from which the plan's note says the machine was not quiet. Two torch jobs on
+the same cores each run a thread per core, and each slows the other by more than its share."""
+
+
+@dataclass
+class CpuSnapshot:
+    """Busy time of the CPUs this process may run on, and this process's own CPU time, at one moment."""
+
+    wall_s: float
+    busy_s: float
+    own_s: float
+
+
+def busy_seconds(stat_text: str, cpus: set[int], ticks_per_s: float) -> float:
+    """Seconds the listed CPUs spent busy (user, nice, system, irq, softirq) since boot, from /proc/stat's text.
+    Steal (the hypervisor's other guests) and idle/iowait are not counted: they are no process's on this machine."""
+    total = 0
+    for line in stat_text.splitlines():
+        name, _, rest = line.partition(" ")
+        if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
+            continue
+        fields = [int(x) for x in rest.split()]
+        total += sum(fields[i] for i in (0, 1, 2, 5, 6) if i < len(fields))
+    return total / ticks_per_s
+
+
+def cpu_snapshot() -> CpuSnapshot | None:
+    """This moment's reading (Linux); None where /proc/stat or the CPU affinity cannot be read."""
+    try:
+        cpus = os.sched_getaffinity(0)
+        busy = busy_seconds(Path("/proc/stat").read_text(encoding="utf-8"), cpus, os.sysconf("SC_CLK_TCK"))
+    except (OSError, AttributeError, ValueError):
+        return None
+    t = os.times()
+    return CpuSnapshot(wall_s=time.monotonic(), busy_s=busy, own_s=t.user + t.system)
+
+
+def others_cores(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float | None:
+    """Mean cores kept busy by other processes between two readings: busy time not spent by this process."""
+    if before is None or after is None or after.wall_s <= before.wall_s:
+        return None
+    other = (after.busy_s - before.busy_s) - (after.own_s - before.own_s)
+    return round(max(0.0, other) / (after.wall_s - before.wall_s), 2)
 
 
 def write_plan(plan: BudgetPlan, path: Path) -> None:
