@@ -115,8 +115,9 @@ def test_bound_only_for_lora_in_f32_on_one_x86_cpu_process(tiny_model_dir, why, 
     assert not any(type(m) is Int8Linear for m in model.modules())
 
 
-def test_a_run_with_int8_base_records_it_and_saves_an_f32_adapter(data_dir, tmp_path, tiny_qwen_dir):
+def test_a_run_with_int8_base_records_it_and_saves_an_f32_adapter(data_dir, tmp_path, tiny_qwen_dir, monkeypatch):
     """Qwen2's q/k/v carry a bias; the run trains, says what it bound, and what it saves loads into plain peft."""
+    monkeypatch.setattr(int8_base, "int8_speedup", lambda width: 1.5)  # whatever this CPU's int8 kernels are
     out = tmp_path / "run"
     summary = run_training(tiny_config(data_dir, out, tiny_qwen_dir, save_every=0, max_steps=3, int8_base="auto"))
     assert summary["steps"] == 3 and summary["final_loss"] == summary["final_loss"]  # finite, not NaN
@@ -140,6 +141,7 @@ def test_a_model_whose_loss_int8_moves_keeps_its_f32_base(tiny_model_dir, monkey
             return float(model(input_ids=ids, labels=ids).loss)
 
     kw = dict(setting="auto", device="cpu", amp=None, backend="lora", sharded=False, calibrate=sample_loss)
+    monkeypatch.setattr(int8_base, "int8_speedup", lambda width: 1.5)
     swapped, note = int8_base.bind_for_training(model, **kw)
     assert swapped and "in int8" in note and "loss on sample rows" in note
     int8_base.restore(swapped)
@@ -147,3 +149,24 @@ def test_a_model_whose_loss_int8_moves_keeps_its_f32_base(tiny_model_dir, monkey
     swapped, note = int8_base.bind_for_training(model, **kw)
     assert swapped == [] and note.startswith("kept in f32") and "model.int8_base: off" in note
     assert not any(type(m) is Int8Linear for m in model.modules())
+
+
+def test_a_cpu_whose_int8_matmul_is_not_faster_keeps_the_f32_base(tiny_model_dir, monkeypatch):
+    """x86 alone does not promise fast int8 kernels (a real AVX2-only Zen 3 ran torch._int_mm at 0.03x f32): the
+    projection is timed first, and a slow one keeps every projection f32 with a note that says why."""
+    model = _lora(tiny_model_dir)
+    monkeypatch.setattr(int8_base.platform, "machine", lambda: "x86_64")
+    seen = []
+    monkeypatch.setattr(int8_base, "int8_speedup", lambda width: seen.append(width) or 0.03)
+    kw = dict(setting="auto", device="cpu", amp=None, backend="lora", sharded=False,
+              calibrate=lambda: pytest.fail("a slow CPU must not be calibrated"))
+    swapped, note = int8_base.bind_for_training(model, **kw)
+    assert swapped == [] and seen == [model.config.hidden_size]
+    assert note.startswith("kept in f32") and "0.03x" in note and f"{int8_base.MIN_SPEEDUP}x" in note
+    assert not any(type(m) is Int8Linear for m in model.modules())
+
+
+def test_the_speed_check_times_a_real_projection_in_both_precisions():
+    """A real reading on this CPU: positive and finite (which side wins depends on the CPU's kernels)."""
+    speedup = int8_base.int8_speedup(64, rows=32, repeats=1)
+    assert 0.0 < speedup < float("inf")

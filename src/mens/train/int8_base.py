@@ -28,6 +28,13 @@ import torch
 
 X86 = ("x86_64", "amd64")
 """CPUs whose int8 matmuls (oneDNN) were measured faster than f32; elsewhere (ARM, ...) the base stays f32."""
+MIN_SPEEDUP = 1.2
+"""How much faster than f32 this CPU's int8 projection (quantizing included) must run for the base to go int8.
+x86 alone does not say: on a Zen 5 capped to AVX2 `torch._int_mm` went through oneDNN at 1.49x f32 for a decoder
+layer, but on a real AVX2-only Zen 3 it ran at 0.03x (bench/results/int8-matmul-avx2cap-vm.json,
+int8-matmul-avx2-zen3-vm.json), so a run there would have trained many times slower than in f32."""
+SPEED_ROWS = 512
+"""Rows of the timed product: about half a step of dogfood's recipe, so the fast kernels are in their regime."""
 MAX_LOSS_SHIFT = 0.02
 """Largest relative change of the sample rows' loss that int8 may make (SmolLM2-135M, fresh adapter: 0.3%)."""
 WEIGHT_LEVELS = 63
@@ -109,6 +116,7 @@ def bind_for_training(model, *, setting: str, device: str, amp: str | None, back
                       calibrate) -> tuple[list, str | None]:
     """`model.int8_base` resolved: int8 base projections for a LoRA run in f32 on one x86 CPU process (`amp` None).
 
+    The CPU's int8 projection is timed against f32 first (`int8_speedup`): below MIN_SPEEDUP the base stays f32.
     `calibrate()`: the model's mean token loss on a few sample rows, without gradients. Its first call sets the
     smoothing; a second, in int8, must stay within MAX_LOSS_SHIFT of the first, or the base stays f32 (a model whose
     activations int8 does not keep is trained as before, and the preflight says why). Returns what `restore` needs
@@ -118,8 +126,14 @@ def bind_for_training(model, *, setting: str, device: str, amp: str | None, back
     if platform.machine().lower() not in X86:  # measured on x86's oneDNN int8 kernels only
         return [], None
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    width = getattr(cfg, "hidden_size", None)
+    speedup = int8_speedup(width or 576)
+    if speedup < MIN_SPEEDUP:
+        return [], (f"kept in f32: this CPU ran a {SPEED_ROWS} x {width or 576} projection {speedup:.2f}x as fast "
+                    f"in int8 as in f32 (below {MIN_SPEEDUP}x: torch has no fast int8 matmul for this CPU); "
+                    "set model.int8_base: off to skip the check")
     f32_loss: list[float] = []
-    swapped, kept = bind(model, lambda: f32_loss.append(calibrate()), width=getattr(cfg, "hidden_size", None))
+    swapped, kept = bind(model, lambda: f32_loss.append(calibrate()), width=width)
     if not swapped:
         return [], None
     int8_loss = calibrate()
@@ -132,6 +146,29 @@ def bind_for_training(model, *, setting: str, device: str, amp: str | None, back
     rest = f"; {kept} reading another width (the MLP's down projection) stay f32" if kept else ""
     return swapped, (f"{len(swapped)} frozen base projections in int8 (7-bit weights, per-row activations and "
                      f"gradients, smoothed){rest}; {sample}; adapters and everything after training in f32")
+
+
+def int8_speedup(width: int, rows: int = SPEED_ROWS, repeats: int = 3) -> float:
+    """f32 time over int8 time of a frozen (width -> width) projection's forward on `rows` rows, quantizing and
+    dequantizing included, best of `repeats` after one untimed call each: what `Int8Linear` would save here."""
+    import time
+
+    gen = torch.Generator().manual_seed(0)
+    linear = torch.nn.Linear(width, width, bias=False)
+    torch.nn.init.normal_(linear.weight, std=width**-0.5, generator=gen)
+    q, x = Int8Linear(linear), torch.randn(rows, width, generator=gen)
+
+    def best(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    with torch.no_grad():
+        return best(lambda: linear(x)) / max(best(lambda: q(x)), 1e-9)
 
 
 def bind(model, calibrate=None, *, width: int | None = None) -> tuple[list[tuple[object, torch.nn.Linear]], int]:
