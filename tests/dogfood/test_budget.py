@@ -123,3 +123,33 @@ def test_a_real_reading_sees_another_process_and_not_this_one():
     other = others_cores(before, cpu_snapshot())
     assert own is not None and other is not None
     assert other - own >= 0.4, (own, other)  # a difference: a steady load of other jobs is in both readings
+
+
+def test_the_probe_times_part_of_a_validation_pass_and_scales_it_to_a_whole_one(tmp_path, monkeypatch):
+    """The probe validates on PROBE_VAL_SHARE of the rows; the plan pays for a whole pass: the part's time (after
+    the last step, in the loop's time) times every row's tokens over the tokens read."""
+    import json
+    from types import SimpleNamespace
+
+    import mens.train.run
+    from mens.dogfood import budget
+
+    seen = {}
+
+    def fake_run(cfg, *, val_share=1.0):
+        seen["val_share"], seen["max_steps"] = val_share, cfg.max_steps
+        events = [{"event": "train_start", "steps_per_epoch": 50},
+                  *({"event": "step", "elapsed_s": 2.0 + 3.0 * i} for i in range(4)),  # 3 s a step after the first
+                  {"event": "eval", "tokens": 250, "all_tokens": 1000}]
+        Path(cfg.output_dir).mkdir(parents=True)
+        (Path(cfg.output_dir) / "telemetry.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        return {"train_time_s": 11.0 + 4.0, "wall_time_s": 25.0, "steps": 4, "tokens_per_s": 100.0}
+
+    monkeypatch.setattr(mens.train.run, "run_training", fake_run)
+    tc = SimpleNamespace(max_steps=0, epochs=2, output_dir="", eval_every=0, save_every=0, resume=False,
+                         log_every_s=0.0)
+    probe = budget.probe_training(tc, tmp_path / "probe")
+    assert seen == {"val_share": budget.PROBE_VAL_SHARE, "max_steps": budget.PROBE_STEPS}
+    assert probe.step_s == 3.0 and probe.val_s == 16.0  # 4 s over a quarter of the tokens
+    assert probe.startup_s == 10.0 and probe.recipe_steps == 100
+    assert not (tmp_path / "probe").exists()

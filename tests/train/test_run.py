@@ -186,3 +186,19 @@ def test_the_time_limit_stops_the_run_at_a_step_with_its_adapter_saved_and_valid
     uncapped = run_training(tiny_config(small_data, tmp_path / "free", tiny_model_dir, backend="lora", max_steps=3,
                                         batch_size=4, val_fraction=0.25, min_examples=4, save_every=0, eval_every=0))
     assert uncapped["stopped_early"] is False and uncapped["steps"] == 3
+
+
+def test_a_share_of_the_validation_rows_is_read_and_named_in_the_eval_event(data_dir, tmp_path, tiny_model_dir):
+    """val_share (dogfood's budget probe): every k-th validation row only, and the eval event gives the tokens it
+    read beside those of every row, so that the probe can scale the pass's time to a whole one."""
+    def evals(out):
+        return [e for e in (json.loads(line) for line in (out / "telemetry.jsonl").read_text().splitlines())
+                if e["event"] == "eval"]
+
+    kw = dict(backend="lora", max_steps=1, val_fraction=0.4, pack=False, save_every=0, eval_every=0)
+    run_training(tiny_config(data_dir, tmp_path / "whole", tiny_model_dir, **kw))
+    run_training(tiny_config(data_dir, tmp_path / "part", tiny_model_dir, **kw), val_share=0.25)
+    [whole], [part] = evals(tmp_path / "whole"), evals(tmp_path / "part")
+    assert whole["tokens"] == whole["all_tokens"] == part["all_tokens"] > 0
+    assert 0 < part["tokens"] < whole["tokens"] / 2  # every fourth of the unpacked rows
+    assert part["val_loss"] != whole["val_loss"]

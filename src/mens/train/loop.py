@@ -169,13 +169,19 @@ def _refit(st: LoopState, *, total: int, ceiling: int, next_at: int, t_start: fl
 def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], val_rows: list[Row],
                plan: BatchPlan, cfg, run_dir: Path, d, device: str, autocast, pad_id: int,
                start_step: int, telemetry: Telemetry, ckpt_state: dict, micro_rows: int | None = None,
-               refits: list | None = None, warmup: int = 0) -> LoopState:
+               refits: list | None = None, warmup: int = 0, val_share: float = 1.0) -> LoopState:
     """Run optimizer steps start_step..plan.total_steps; the data cursor is the step number itself. `micro_rows`:
     rows per forward/backward pass (default cfg.batch_size; larger when mens.train.micro_batch merged passes).
+    `val_share` < 1 validates on every k-th validation row only (k = round(1 / val_share)): a run that is timed
+    rather than kept (dogfood's budget probe) learns what a whole pass costs from a part of it; each `eval` event
+    names the tokens it read and those of every validation row.
 
     With schedule.fit_to_time and a time limit, the step count is re-fitted as the run goes (`_refit`); `refits`
     is the list the scheduler reads, and gets each (step, new total)."""
     micro_rows = micro_rows or cfg.batch_size
+    val_all_tokens = sum(row_tokens(r) for r in val_rows)
+    if val_share < 1.0:  # every k-th row rather than the first ones: rows are packed in the data's order
+        val_rows = val_rows[::max(1, round(1.0 / val_share))]
     st = LoopState(step=start_step)
     total = plan.total_steps
     fitting = bool(cfg.fit_to_time and cfg.max_time_s) and refits is not None
@@ -244,7 +250,8 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
             if val_rows and ((cfg.eval_every and st.step % cfg.eval_every == 0) or st.step == total or out_of_time):
                 st.last_val_loss = evaluate(model, val_rows, batch_size=micro_rows, pad_id=pad_id,
                                             device=device, autocast=autocast, d=d)
-                telemetry.emit("eval", step=st.step, val_loss=st.last_val_loss)
+                telemetry.emit("eval", step=st.step, val_loss=st.last_val_loss,
+                               tokens=sum(row_tokens(r) for r in val_rows), all_tokens=val_all_tokens)
                 view.note(f"step {st.step}: val_loss {st.last_val_loss:.4f}")
             if cfg.save_every and st.step % cfg.save_every == 0 and st.step < total:
                 _checkpoint(run_dir, st, model=model, optimizer=optimizer, scheduler=scheduler, cfg=cfg, d=d,

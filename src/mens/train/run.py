@@ -374,8 +374,9 @@ def _summary(cfg, inp: Inputs, st: LoopState, *, run_id, device, world, start_st
                    "telemetry_jsonl": TELEMETRY, "model_card": MODEL_CARD})
 
 
-def run_training(cfg: TrainConfig) -> dict:
-    """Train and write the run directory; returns the run summary (empty on ranks other than 0)."""
+def run_training(cfg: TrainConfig, *, val_share: float = 1.0) -> dict:
+    """Train and write the run directory; returns the run summary (empty on ranks other than 0). `val_share` < 1:
+    validate on that share of the validation rows only (for a run that is timed, not kept; see train_loop)."""
     import torch
 
     wall0 = time.time()
@@ -500,7 +501,7 @@ def run_training(cfg: TrainConfig) -> dict:
         st = train_loop(model=model, optimizer=optimizer, scheduler=scheduler, params=params, rows=inp.rows,
                         val_rows=inp.val_rows, plan=plan, cfg=cfg, run_dir=run, d=d, device=device,
                         autocast=autocast, pad_id=pad_id, start_step=start_step, telemetry=tel, ckpt_state=ckpt_state,
-                        micro_rows=micro_rows, refits=refits, warmup=warmup)
+                        micro_rows=micro_rows, refits=refits, warmup=warmup, val_share=val_share)
     except BaseException as e:
         tel.emit("train_failed", error=f"{type(e).__name__}: {e}")
         raise
