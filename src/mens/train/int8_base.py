@@ -127,9 +127,10 @@ def bind_for_training(model, *, setting: str, device: str, amp: str | None, back
         return [], None
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     width = getattr(cfg, "hidden_size", None)
-    speedup = int8_speedup(width or 576)
+    timed_width = width or 576  # a config without hidden_size: a small model's width, only for the timing
+    speedup = int8_speedup(timed_width)
     if speedup < MIN_SPEEDUP:
-        return [], (f"kept in f32: this CPU ran a {SPEED_ROWS} x {width or 576} projection {speedup:.2f}x as fast "
+        return [], (f"kept in f32: this CPU ran a {SPEED_ROWS} x {timed_width} projection {speedup:.2f}x as fast "
                     f"in int8 as in f32 (below {MIN_SPEEDUP}x: torch has no fast int8 matmul for this CPU); "
                     "set model.int8_base: off to skip the check")
     f32_loss: list[float] = []

@@ -182,6 +182,7 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
     val_all_tokens = sum(row_tokens(r) for r in val_rows)
     if val_share < 1.0:  # every k-th row rather than the first ones: rows are packed in the data's order
         val_rows = val_rows[::max(1, round(1.0 / val_share))]
+    val_tokens = sum(row_tokens(r) for r in val_rows)
     st = LoopState(step=start_step)
     total = plan.total_steps
     fitting = bool(cfg.fit_to_time and cfg.max_time_s) and refits is not None
@@ -251,7 +252,7 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
                 st.last_val_loss = evaluate(model, val_rows, batch_size=micro_rows, pad_id=pad_id,
                                             device=device, autocast=autocast, d=d)
                 telemetry.emit("eval", step=st.step, val_loss=st.last_val_loss,
-                               tokens=sum(row_tokens(r) for r in val_rows), all_tokens=val_all_tokens)
+                               tokens=val_tokens, all_tokens=val_all_tokens)
                 view.note(f"step {st.step}: val_loss {st.last_val_loss:.4f}")
             if cfg.save_every and st.step % cfg.save_every == 0 and st.step < total:
                 _checkpoint(run_dir, st, model=model, optimizer=optimizer, scheduler=scheduler, cfg=cfg, d=d,
