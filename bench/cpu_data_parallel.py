@@ -1,0 +1,92 @@
+"""Two CPU cores as one training process with two threads, or as two single-threaded processes under torchrun.
+
+On a 2-core VM a second thread adds unevenly to a matmul (`bench/f32_linear_kernels.py`: 82-128 GFLOP/s on two
+threads against 82-83 on one), so two processes that each keep one core busy might train faster than one process
+that splits every op across both. mens trains unchanged under torchrun (gradients summed over gloo, the update that
+of one process with the same global batch), so the question is only speed.
+
+Each run is a fresh `mens train` of the recipe dogfood would train (its preset, seed, system prompt and data) on the
+training file of a finished or data-only dogfood directory, `--steps` steps with the same global batch of 2 rows:
+- `threads`: one process, `num_threads=2`, 2 rows a step;
+- `processes`: `torchrun --nproc_per_node 2`, `OMP_NUM_THREADS=1 num_threads=1`, 1 row a step on each.
+The arms alternate for `--repeats` rounds on a quiet CPU. A step's time is read from the run's telemetry (the first
+step left out). Both arms train the same global batches, so their losses must agree to float rounding; the JSON
+records both.
+
+    .venv/bin/python bench/cpu_data_parallel.py --dogfood-dir /tmp/w/vs-s0/df --steps 16 --repeats 3
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+ARMS = ("threads", "processes")
+
+
+def worker(arm: str, dogfood_dir: Path, steps: int, seed: int, out: Path, result: Path) -> None:
+    from mens.dogfood import stages
+    from mens.dogfood.pipeline import Context, DogfoodConfig
+    from mens.train.telemetry import read_events
+
+    ctx = Context(DogfoodConfig(output_dir=dogfood_dir, seed=seed), lambda *_: None)
+    tc = stages.train_config(ctx, run=str(out))
+    tc.output_dir, tc.max_steps, tc.max_time_s, tc.fit_to_time = str(out), steps, 0.0, False
+    tc.eval_every, tc.save_every, tc.log_every_s = 0, 0, 3600.0
+    processes = 2 if arm == "processes" else 1
+    tc.num_threads, tc.batch_size = 2 // processes, tc.batch_size // processes
+    config = out.parent / f"{out.name}.yaml"
+    config.write_text(tc.to_yaml())
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    if processes == 1:
+        cmd = [sys.executable, "-m", "mens", "train", str(config)]
+    else:
+        env["OMP_NUM_THREADS"] = "1"
+        torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
+        cmd = [torchrun, "--nproc_per_node", str(processes), "-m", "mens", "train", str(config)]
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    events = read_events(out)
+    step_events = [e for e in events if e.get("event") == "step"]
+    times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(step_events, step_events[1:], strict=False)]
+    result.write_text(json.dumps({"arm": arm, "processes": processes, "threads_each": tc.num_threads,
+                                  "rows_each": tc.batch_size, "step_s": times,
+                                  "losses": [e.get("loss") for e in step_events],
+                                  "tokens": [e.get("tokens") for e in step_events]}))
+
+
+def main() -> None:
+    from alternate import dogfood_arms_parser, run_dogfood_arms, speedup
+
+    ap = dogfood_arms_parser(__doc__.splitlines()[0], ARMS, repeats=3)
+    ap.add_argument("--out", type=Path,
+                    default=REPO / "bench" / "results" / f"cpu_data_parallel-{socket.gethostname()}.json")
+    args = ap.parse_args()
+    runs = run_dogfood_arms(__file__, ARMS, args, worker)
+    if runs is None:
+        return
+    from machine import machine
+
+    losses = {arm: [run["losses"] for run in runs if run["arm"] == arm][0] for arm in ARMS}
+    report = {
+        "bench": "cpu_data_parallel", "machine": machine(), "steps": args.steps, "repeats": args.repeats,
+        "seed": args.seed, "dogfood_dir": str(args.dogfood_dir),
+        "note": ("mean step time over steps 2..N of dogfood's recipe, global batch 2 rows on both arms; speedup = "
+                 "threads / processes, per round (above 1: two single-threaded processes train faster)"),
+        "speedup": speedup(runs, "threads", "processes"),
+        "max_loss_difference": max(abs(a - b) for a, b in zip(losses["threads"], losses["processes"], strict=True)),
+        "runs": runs,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report["speedup"]), "max loss difference", report["max_loss_difference"])
+
+
+if __name__ == "__main__":
+    main()
