@@ -122,6 +122,16 @@ def test_dogfood_gate_verdict_says_an_unenforced_quick_gate_is_not_a_failure():
     assert gate_verdict(False, enforced=False).startswith("not met")
 
 
+def test_dogfood_says_what_the_budget_cut_and_what_the_whole_recipe_costs_here():
+    from mens.cli.dogfood import budget_line
+
+    cut = {"budget_s": 1800.0, "steps": 170, "recipe_steps": 742, "step_s": 6.04, "whole_recipe_s": 5482.0}
+    line = budget_line(cut, "30m")
+    assert line.startswith("budget 30m: trained 170 of the recipe's 742 steps, 6.0 s a step on this machine")
+    assert "about 92 min here (--budget none)" in line  # 5,482 s, rounded up
+    assert budget_line(None, "30m") is None and budget_line({**cut, "whole_recipe_s": None}, "30m") is None
+
+
 def test_dogfood_served_tasks_flag_reaches_the_parity_stage_config(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 

@@ -393,6 +393,9 @@ class DogfoodSummary(Record):
     merged: str | None = None
     card: str | None = None
     report: str | None = None
+    budget: dict | None = None
+    """Where `--budget` cut the recipe: budget_s, steps (trained), recipe_steps, step_s (the run's mean) and
+    whole_recipe_s (about how long the whole command would take with `--budget none` on this machine)."""
 
 
 class TrainingConfigRecord(Record):

@@ -56,6 +56,25 @@ def test_the_plan_sets_the_length_only():
         assert not {"lr_scale", "lora_plus_ratio"} & set(vars(plan)) and "LoRA" not in plan.note
 
 
+def test_the_whole_recipe_is_estimated_from_the_runs_own_step_time():
+    from mens.dogfood.budget import mean_step_s, whole_recipe, whole_recipe_train_s
+
+    assert mean_step_s([1.0, 7.0, 13.0, 19.0]) == 6.0  # the first step (warm-up) is left out
+    assert mean_step_s([1.0, 7.0, 2.0, 8.0]) == 6.0  # a resumed run's clock starts again: that gap is left out
+    assert mean_step_s([3.0]) is None
+    probe = {"recipe_steps": 742, "startup_s": 15.0, "val_s": 40.0}
+    # every step at the run's pace, start-up, and validation at steps 50, 100, ..., 700 and at the end: 15 passes
+    assert whole_recipe_train_s(probe, 6.0, 50) == 15 + 742 * 6 + 15 * 40
+    assert whole_recipe_train_s({**probe, "recipe_steps": 750}, 6.0, 50) == 15 + 750 * 6 + 15 * 40
+    assert whole_recipe_train_s(probe, 6.0, 0) == 15 + 742 * 6 + 40  # no mid-run validation: the final one
+    plan = {"budget_s": 1800.0, "recipe_steps": 742, "whole_recipe": {"step_s": 6.0, "train_s": 5082.0}}
+    # the stages as they took (1,500 s), with the training stage (1,100 s, the probe included) replaced
+    assert whole_recipe(plan, trained_steps=170, train_stage_s=1100.0, stages_s=1500.0) == {
+        "budget_s": 1800.0, "steps": 170, "recipe_steps": 742, "step_s": 6.0, "whole_recipe_s": 5482.0}
+    assert whole_recipe(plan, 742, 1100.0, 1500.0) is None  # the budget fitted the whole recipe
+    assert whole_recipe({"recipe_steps": 742}, 170, 1100.0, 1500.0) is None  # no estimate was written
+
+
 def test_the_launch_time_counts_only_when_it_is_this_commands():
     from mens.dogfood.budget import LAUNCHED_AT_ENV, since_launch
 

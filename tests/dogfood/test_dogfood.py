@@ -205,10 +205,40 @@ def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base, mo
     config = json.loads((out / "run" / "training_manifest.json").read_text())["config"]
     assert config["fit_to_time"] is True and config["eval_every"] == 0
     assert config["max_time_s"] == pytest.approx(plan["max_time_s"]) and config["max_steps"] == 3
+    # after training, the plan gains the run's own pace and what the recipe's whole length would train in
+    whole = plan["whole_recipe"]
+    assert whole["step_s"] > 0 and whole["eval_every"] > 0 and whole["train_s"] >= 3 * whole["step_s"]
+    # the recipe fitted, so the summary has no budget cut to report
+    assert pipeline.summary(state, 1.0)["budget"] is None
     with pytest.raises(UsageError, match="--rounds 2"):
         _cfg(tmp_path / "x", tiny_base, budget="30m", rounds=2)
     with pytest.raises(UsageError, match="expected a duration"):
         _cfg(tmp_path / "x", tiny_base, budget="soon")
+
+
+def test_a_cut_run_summary_says_what_the_whole_recipe_would_cost(tmp_path, tiny_base, monkeypatch):
+    """Where the budget cut the recipe, the summary's `budget` block gives the steps trained of the recipe's and
+    the whole command's estimated time with `--budget none`, from the run's own step time."""
+    from mens.dogfood import stages
+    from mens.dogfood.pipeline import Pipeline
+
+    plan = {"budget_s": 1800.0, "steps": 2, "recipe_steps": 9, "max_time_s": 0.0, "note": "2 of 9 steps fit",
+            "probe": {"step_s": 1.0, "val_s": 4.0, "startup_s": 3.0, "recipe_steps": 9}}
+    monkeypatch.setattr(stages, "_budget_plan", lambda *_: dict(plan))
+    out = tmp_path / "df"
+    pipeline = Pipeline(_cfg(out, tiny_base, budget="30m", quick=False, synthetic=5, tasks=5, requests=False,
+                             dev_pairs=False), log=lambda _: None)
+    pipeline.stages = [s for s in pipeline.stages if s[0] in ("extract", "validate", "pairs", "generate", "mix",
+                                                                 "heldout", "train")]
+    pipeline.run()
+    written = json.loads((out / "data/budget.json").read_text())["whole_recipe"]
+    state = json.loads((out / "dogfood_state.json").read_text())
+    cut = pipeline.summary(state, 1.0)["budget"]
+    stages_s = sum(v["seconds"] for v in state["stages"].values())
+    assert cut["steps"] == 2 and cut["recipe_steps"] == 9 and cut["step_s"] == written["step_s"] > 0
+    assert cut["whole_recipe_s"] == pytest.approx(stages_s - state["stages"]["train"]["seconds"]
+                                                  + written["train_s"], abs=0.2)
+    assert written["train_s"] == pytest.approx(3.0 + 9 * written["step_s"] + 4.0 * 1, abs=0.2)  # 1 pass: eval_every 50
 
 
 def test_a_budgeted_schedule_trains_the_presets_recipe_for_the_planned_steps(tmp_path, tiny_base, monkeypatch):

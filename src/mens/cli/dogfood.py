@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import typer
@@ -72,9 +73,21 @@ def dogfood(
         typer.echo(f"tuned {mode:12s} non-empty parse rate {_f(m['nonempty_parse_rate'])}, pass@1 {_f(m['pass_at_1'])}")
     typer.echo(f"gate: {gate_verdict(s['gate'], enforced=cfg.gate_enforced)}; "
                f"{s['total_stage_seconds']:.0f} s in stages")
+    if line := budget_line(s.get("budget"), cfg.budget):
+        typer.echo(line)
     typer.echo(f"card {s['card']}\nreport {s['report']}\nmerged {s['merged']}")
     typer.echo(f"summary {output_dir / DOGFOOD_SUMMARY}")
     return 0
+
+
+def budget_line(cut: dict | None, budget: str | None) -> str | None:
+    """Where the budget cut the recipe: how much of it trained, and what the whole recipe would cost here."""
+    if not cut or not cut.get("whole_recipe_s"):
+        return None
+    pace = f", {cut['step_s']:.1f} s a step on this machine" if cut.get("step_s") else ""
+    return (f"budget {budget}: trained {cut['steps']} of the recipe's {cut['recipe_steps']} steps{pace}; the "
+            f"whole recipe would take about {math.ceil(cut['whole_recipe_s'] / 60)} min here (--budget none), and "
+            "the scores rise with the steps (docs/dogfood.md)")
 
 
 def gate_verdict(passed: bool | None, *, enforced: bool) -> str:

@@ -194,6 +194,36 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
                       native_bf16=native_bf16, note=note)
 
 
+def mean_step_s(step_elapsed: list[float]) -> float | None:
+    """A run's mean seconds per step from its step events' `elapsed_s` (in order), the first step left out
+    (warm-up). A resumed run's clock starts again: the step where it drops back is left out the same way."""
+    gaps = [b - a for a, b in zip(step_elapsed, step_elapsed[1:], strict=False) if b >= a]
+    return sum(gaps) / len(gaps) if gaps else None
+
+
+def whole_recipe_train_s(probe: Mapping, step_s: float, eval_every: int) -> float:
+    """Seconds the training stage of the recipe's whole length (`--budget none`) would take on this machine:
+    start-up, every step at `step_s` (the budgeted run's own mean) and the recipe's validation passes (every
+    `eval_every` steps and at the end), each as long as the probe measured one."""
+    steps = int(probe["recipe_steps"])
+    passes = steps // eval_every + (steps % eval_every != 0) if eval_every else 1
+    return float(probe["startup_s"]) + steps * step_s + passes * float(probe["val_s"])
+
+
+def whole_recipe(plan: Mapping, trained_steps: int, train_stage_s: float, stages_s: float) -> dict | None:
+    """For the summary of a run the budget cut: the steps trained of the recipe's, and about how long the whole
+    command would take with `--budget none` here: the stages as they took, with the training stage (the probe
+    included) replaced by `whole_recipe_train_s`. None when the budget fitted the whole recipe or the run wrote
+    no estimate."""
+    whole = plan.get("whole_recipe")
+    recipe = int(plan.get("recipe_steps") or 0)
+    if not isinstance(whole, Mapping) or not whole.get("train_s") or trained_steps >= recipe:
+        return None
+    return {"budget_s": plan.get("budget_s"), "steps": trained_steps, "recipe_steps": recipe,
+            "step_s": whole.get("step_s"),
+            "whole_recipe_s": round(stages_s - train_stage_s + float(whole["train_s"]), 1)}
+
+
 BUSY_CORES = 0.5
 """Other processes' load, in cores, from which the plan's note says the machine was not quiet. Two torch jobs on
 the same cores each run a thread per core, and each slows the other by more than its share."""

@@ -19,12 +19,14 @@ from pathlib import Path
 from mens.errors import GateFailed, UsageError
 from mens.run_records import (
     BENCHMARK,
+    BUDGET,
     DOGFOOD_STATE,
     DOGFOOD_SUMMARY,
     GATE_RECEIPT,
     MERGE_PARITY,
     MODEL_CARD,
     REPORT,
+    SUMMARY,
     BenchmarkResults,
     DogfoodSummary,
     GateReceipt,
@@ -277,11 +279,12 @@ class Pipeline:
         round1 = BenchmarkResults.read_optional(self.ctx.path("run", BENCHMARK)) if self.cfg.rounds == 2 else None
         receipt = GateReceipt.read_optional(self.ctx.run / GATE_RECEIPT)
         parity = MergeParity.read_optional(self.ctx.run / MERGE_PARITY)
+        stage_seconds = {k: v.get("seconds") for k, v in state["stages"].items()}
         out = DogfoodSummary(
             output_dir=str(self.cfg.output_dir), run=str(self.ctx.run),
             wall_time_s_this_session=round(seconds, 1),
-            stage_seconds={k: v.get("seconds") for k, v in state["stages"].items()},
-            total_stage_seconds=round(sum(v.get("seconds") or 0 for v in state["stages"].values()), 1),
+            stage_seconds=stage_seconds,
+            total_stage_seconds=round(sum(v or 0 for v in stage_seconds.values()), 1),
             base={k: (bench.base or {}).get("metrics", {}).get(k) for k in ("nonempty_parse_rate", "pass_at_1")},
             tuned={m: {k: v.get(k) for k in ("nonempty_parse_rate", "pass_at_1", "pass_at_k")}
                    for m, v in bench.modes.items()},
@@ -293,9 +296,26 @@ class Pipeline:
                           for k, v in (parity.to_json() if parity else {}).items() if isinstance(v, dict)},
             merged=str(self.ctx.path("merged")), card=str(self.ctx.run / MODEL_CARD),
             report=str(self.ctx.run / REPORT),
+            budget=self._budget_cut(stage_seconds),
         ).to_json()
         write_json(self.ctx.path(DOGFOOD_SUMMARY), out)
         return out
+
+
+    def _budget_cut(self, stage_seconds: dict) -> dict | None:
+        """The summary's `budget` block: set where the budget cut the recipe (mens.dogfood.budget.whole_recipe)."""
+        from mens.dogfood.budget import whole_recipe
+
+        plan_path = self.ctx.path("data", BUDGET)
+        run_summary = self.ctx.run / SUMMARY
+        summary = read_json(run_summary) if run_summary.is_file() else None
+        if not plan_path.is_file() or not isinstance(summary, dict) or not summary.get("steps"):
+            return None
+        plan = read_json(plan_path)
+        if not isinstance(plan, dict):
+            return None
+        return whole_recipe(plan, int(summary["steps"]), stage_seconds.get("train") or 0.0,
+                            sum(v or 0 for v in stage_seconds.values()))
 
 
 def _config_json(cfg: DogfoodConfig) -> dict:

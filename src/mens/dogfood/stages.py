@@ -194,7 +194,7 @@ def train(ctx: Context, **round_kw) -> str:
     from mens.train.run import run_training
 
     tc = train_config(ctx, **round_kw)
-    budget_note = ""
+    budget_note, plan, recipe_eval_every = "", None, tc.eval_every
     if (budget_s := parse_budget(ctx.cfg.budget)) is not None:
         plan = _budget_plan(ctx, tc, budget_s)
         tc.max_steps = plan["steps"]
@@ -209,6 +209,8 @@ def train(ctx: Context, **round_kw) -> str:
     ctx.log(f"    preset {tc.preset}, backend {tc.backend}, device {tc.device}, "
             f"{'max_steps ' + str(tc.max_steps) if tc.max_steps else 'epochs ' + str(tc.epochs)}")
     s = run_training(tc)
+    if plan is not None:
+        _estimate_whole_recipe(ctx, plan, Path(tc.output_dir), recipe_eval_every)
     if s.get("stopped_early"):
         budget_note += f"; stopped at step {s['steps']} by the time limit ({tc.max_time_s:.0f} s of training)"
     elif budget_note and s["steps"] != tc.max_steps:
@@ -217,6 +219,20 @@ def train(ctx: Context, **round_kw) -> str:
     return (f"{s['steps']} steps, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}, "
             f"val loss {s['val_loss'] if s['val_loss'] is None else round(s['val_loss'], 3)}, "
             f"{s['tokens_per_s']} tokens/s{budget_note}")
+
+
+def _estimate_whole_recipe(ctx: Context, plan: dict, run_dir: Path, eval_every: int) -> None:
+    """Add to data/budget.json how long the recipe's whole length would train here, from the run's own mean step
+    time: the summary tells a user whose budget cut the recipe what `--budget none` costs on this machine."""
+    from mens.dogfood.budget import mean_step_s, whole_recipe_train_s
+    from mens.train.telemetry import read_events
+
+    step_s = mean_step_s([e["elapsed_s"] for e in read_events(run_dir) if e.get("event") == "step"])
+    if step_s is None or not plan.get("probe"):
+        return
+    plan["whole_recipe"] = {"step_s": round(step_s, 3), "eval_every": eval_every,
+                            "train_s": round(whole_recipe_train_s(plan["probe"], step_s, eval_every), 1)}
+    ctx.path("data", BUDGET).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
 
 
 def _budget_plan(ctx: Context, tc, budget_s: float) -> dict:
