@@ -67,6 +67,9 @@ def test_the_whole_recipe_is_estimated_from_the_runs_own_step_time():
     assert whole_recipe_train_s(probe, 6.0, 50) == 15 + 742 * 6 + 15 * 40
     assert whole_recipe_train_s({**probe, "recipe_steps": 750}, 6.0, 50) == 15 + 750 * 6 + 15 * 40
     assert whole_recipe_train_s(probe, 6.0, 0) == 15 + 742 * 6 + 40  # no mid-run validation: the final one
+    # at each epoch's end (371 and 742): two passes, the second the run's last
+    assert whole_recipe_train_s({**probe, "steps_per_epoch": 371}, 6.0, "epoch") == 15 + 742 * 6 + 2 * 40
+    assert whole_recipe_train_s({**probe, "steps_per_epoch": 300}, 6.0, "epoch") == 15 + 742 * 6 + 3 * 40
     plan = {"budget_s": 1800.0, "recipe_steps": 742, "whole_recipe": {"step_s": 6.0, "train_s": 5082.0}}
     # the stages as they took (1,500 s), with the training stage (1,100 s, the probe included) replaced
     assert whole_recipe(plan, trained_steps=170, train_stage_s=1100.0, stages_s=1500.0) == {

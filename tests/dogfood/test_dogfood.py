@@ -207,7 +207,8 @@ def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base, mo
     assert config["max_time_s"] == pytest.approx(plan["max_time_s"]) and config["max_steps"] == 3
     # after training, the plan gains the run's own pace and what the recipe's whole length would train in
     whole = plan["whole_recipe"]
-    assert whole["step_s"] > 0 and whole["eval_every"] > 0 and whole["train_s"] >= 3 * whole["step_s"]
+    assert whole["step_s"] > 0 and whole["eval_every"] == "epoch" and whole["train_s"] >= 3 * whole["step_s"]
+    assert plan["probe"]["steps_per_epoch"] >= 1
     # the recipe fitted, so the summary has no budget cut to report
     assert pipeline.summary(state, 1.0)["budget"] is None
     with pytest.raises(UsageError, match="--rounds 2"):
@@ -223,7 +224,7 @@ def test_a_cut_run_summary_says_what_the_whole_recipe_would_cost(tmp_path, tiny_
     from mens.dogfood.pipeline import Pipeline
 
     plan = {"budget_s": 1800.0, "steps": 2, "recipe_steps": 9, "max_time_s": 0.0, "note": "2 of 9 steps fit",
-            "probe": {"step_s": 1.0, "val_s": 4.0, "startup_s": 3.0, "recipe_steps": 9}}
+            "probe": {"step_s": 1.0, "val_s": 4.0, "startup_s": 3.0, "recipe_steps": 9, "steps_per_epoch": 5}}
     monkeypatch.setattr(stages, "_budget_plan", lambda *_: dict(plan))
     out = tmp_path / "df"
     pipeline = Pipeline(_cfg(out, tiny_base, budget="30m", quick=False, synthetic=5, tasks=5, requests=False,
@@ -238,7 +239,8 @@ def test_a_cut_run_summary_says_what_the_whole_recipe_would_cost(tmp_path, tiny_
     assert cut["steps"] == 2 and cut["recipe_steps"] == 9 and cut["step_s"] == written["step_s"] > 0
     assert cut["whole_recipe_s"] == pytest.approx(stages_s - state["stages"]["train"]["seconds"]
                                                   + written["train_s"], abs=0.2)
-    assert written["train_s"] == pytest.approx(3.0 + 9 * written["step_s"] + 4.0 * 1, abs=0.2)  # 1 pass: eval_every 50
+    # validation at each epoch's end: steps 5 and 9 (the last)
+    assert written["train_s"] == pytest.approx(3.0 + 9 * written["step_s"] + 4.0 * 2, abs=0.2)
 
 
 def test_a_budgeted_schedule_trains_the_presets_recipe_for_the_planned_steps(tmp_path, tiny_base, monkeypatch):

@@ -202,3 +202,24 @@ def test_a_share_of_the_validation_rows_is_read_and_named_in_the_eval_event(data
     assert whole["tokens"] == whole["all_tokens"] == part["all_tokens"] > 0
     assert 0 < part["tokens"] < whole["tokens"] / 2  # every fourth of the unpacked rows
     assert part["val_loss"] != whole["val_loss"]
+
+
+def test_validation_runs_at_each_epochs_end_by_default_as_the_original_did(data_dir, tmp_path, tiny_model_dir):
+    """eval.eval_every defaults to "epoch": a validation pass at the end of each pass over the data (the original's
+    rule) and at the run's last step, not every fixed number of steps; a number still means every N steps."""
+    from mens.train.config import TrainConfig
+    from mens.train.loop import validation_due
+
+    assert TrainConfig().eval_every == "epoch"
+    assert [s for s in range(1, 13) if validation_due("epoch", s, 5)] == [5, 10]
+    assert [s for s in range(1, 13) if validation_due(4, s, 5)] == [4, 8, 12]
+    assert not any(validation_due(0, s, 5) for s in range(1, 13))
+
+    kw = dict(backend="lora", pack=False, batch_size=4, val_fraction=0.25, min_examples=4, save_every=0)
+    out = tmp_path / "epochs"
+    run_training(tiny_config(data_dir, out, tiny_model_dir, max_steps=0, epochs=2.5, eval_every="epoch", **kw))
+    events = [json.loads(line) for line in (out / "telemetry.jsonl").read_text().splitlines()]
+    per_epoch = next(e for e in events if e["event"] == "train_start")["steps_per_epoch"]
+    total = [e for e in events if e["event"] == "step"][-1]["step"]
+    assert total > 2 * per_epoch  # two whole epochs and a part
+    assert [e["step"] for e in events if e["event"] == "eval"] == [per_epoch, 2 * per_epoch, total]

@@ -51,6 +51,8 @@ def option_type(spec: Spec) -> type:
     if get_origin(kind) is Literal:
         return str
     args = [a for a in get_args(kind) if a is not type(None)]
+    if any(get_origin(a) is Literal for a in args):  # a number or a word ("epoch"): parsed by the config
+        return str
     if args:  # X | None
         kind = args[0]
     return list[str] if kind is dict else kind

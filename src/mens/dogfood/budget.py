@@ -109,6 +109,8 @@ class Probe:
     others_cores: float | None = None
     """Cores that other processes kept busy while the probe ran (None where it cannot be read): a step time
     measured beside another job plans fewer steps than the quiet machine would train."""
+    steps_per_epoch: int | None = None
+    """Optimizer steps in one pass over the data (where `eval.eval_every` is "epoch", its validation passes)."""
 
 
 @dataclass
@@ -162,7 +164,8 @@ def probe_training(tc, probe_dir: Path, steps: int = PROBE_STEPS) -> Probe:
     shutil.rmtree(probe_dir, ignore_errors=True)
     return Probe(step_s=round(step_s, 3), val_s=round(val_s, 2),
                  startup_s=round(summary["wall_time_s"] - summary["train_time_s"], 2), recipe_steps=recipe,
-                 tokens_per_s=summary.get("tokens_per_s"), others_cores=others)
+                 tokens_per_s=summary.get("tokens_per_s"), others_cores=others,
+                 steps_per_epoch=start.get("steps_per_epoch"))
 
 
 def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Probe, *, cpu: str = "",
@@ -201,12 +204,14 @@ def mean_step_s(step_elapsed: list[float]) -> float | None:
     return sum(gaps) / len(gaps) if gaps else None
 
 
-def whole_recipe_train_s(probe: Mapping, step_s: float, eval_every: int) -> float:
+def whole_recipe_train_s(probe: Mapping, step_s: float, eval_every: int | str) -> float:
     """Seconds the training stage of the recipe's whole length (`--budget none`) would take on this machine:
     start-up, every step at `step_s` (the budgeted run's own mean) and the recipe's validation passes (every
-    `eval_every` steps and at the end), each as long as the probe measured one."""
+    `eval_every` steps, or at each epoch's end for "epoch", and at the end), each as long as the probe measured
+    one."""
     steps = int(probe["recipe_steps"])
-    passes = steps // eval_every + (steps % eval_every != 0) if eval_every else 1
+    every = probe.get("steps_per_epoch") if eval_every == "epoch" else int(eval_every)
+    passes = steps // every + (steps % every != 0) if every else 1
     return float(probe["startup_s"]) + steps * step_s + passes * float(probe["val_s"])
 
 

@@ -221,7 +221,7 @@ def train(ctx: Context, **round_kw) -> str:
             f"{s['tokens_per_s']} tokens/s{budget_note}")
 
 
-def _estimate_whole_recipe(ctx: Context, plan: dict, run_dir: Path, eval_every: int) -> None:
+def _estimate_whole_recipe(ctx: Context, plan: dict, run_dir: Path, eval_every: int | str) -> None:
     """Add to data/budget.json how long the recipe's whole length would train here, from the run's own mean step
     time: the summary tells a user whose budget cut the recipe what `--budget none` costs on this machine."""
     from mens.dogfood.budget import mean_step_s, whole_recipe_train_s

@@ -12,7 +12,7 @@ import difflib
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -181,8 +181,9 @@ class EvalConfig(Section):
 
     val_fraction: float = setting(0.05, "--val-fraction", "--validation-split-ratio", ge=0.0, lt=0.5)
     """Share of examples held out for validation loss (0 = none)."""
-    eval_every: int = setting(50, ge=0)
-    """Validation loss every N optimizer steps (0 = only at the end)."""
+    eval_every: Annotated[int, Field(ge=0)] | Literal["epoch"] = setting("epoch")
+    """Validation loss every N optimizer steps, or "epoch" = at the end of each pass over the data (the
+    original's rule); at the run's end either way (0 = only there)."""
 
 
 SECTIONS: dict[str, type[Section]] = {"model": ModelConfig, "adapter": AdapterConfig, "data": DataConfig,

@@ -166,6 +166,13 @@ def _refit(st: LoopState, *, total: int, ceiling: int, next_at: int, t_start: fl
     return total, next_at
 
 
+def validation_due(eval_every: int | str, step: int, steps_per_epoch: int) -> bool:
+    """Whether `eval.eval_every` asks for a validation pass after `step` (the run's last step always has one):
+    every N steps, or at the end of each epoch ("epoch"); 0 = none before the last."""
+    every = steps_per_epoch if eval_every == "epoch" else int(eval_every)
+    return bool(every) and step % every == 0
+
+
 def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], val_rows: list[Row],
                plan: BatchPlan, cfg, run_dir: Path, d, device: str, autocast, pad_id: int,
                start_step: int, telemetry: Telemetry, ckpt_state: dict, micro_rows: int | None = None,
@@ -248,7 +255,8 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
                 view.note(f"stopping at step {st.step} of {total}: the time limit ({cfg.max_time_s:.0f} s) is reached")
                 telemetry.emit("time_limit", step=st.step, total_steps=total, max_time_s=cfg.max_time_s)
 
-            if val_rows and ((cfg.eval_every and st.step % cfg.eval_every == 0) or st.step == total or out_of_time):
+            if val_rows and (validation_due(cfg.eval_every, st.step, plan.steps_per_epoch) or st.step == total
+                             or out_of_time):
                 st.last_val_loss = evaluate(model, val_rows, batch_size=micro_rows, pad_id=pad_id,
                                             device=device, autocast=autocast, d=d)
                 telemetry.emit("eval", step=st.step, val_loss=st.last_val_loss,

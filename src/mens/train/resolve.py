@@ -78,10 +78,13 @@ def check_value(path: str, value: Any, where: str) -> None:
     try:
         _adapter(path).validate_python(value)
     except ValidationError as e:
-        first = e.errors()[0]
+        errors = e.errors()
+        first = errors[0]
         expected = first["msg"].removeprefix("Input should be ")
         if first["type"] == "literal_error":
             expected = "one of " + ", ".join(str(a) for a in spec.field.annotation.__args__)
+        if len(errors) > 1:  # a union (a number or a word): every alternative
+            expected = " or ".join(err["msg"].removeprefix("Input should be ").split(",")[0] for err in errors)
         raise ConfigError(f"{where}: {path} = {value!r} (expected {expected}; flag {spec.flags[0]})") from None
 
 
