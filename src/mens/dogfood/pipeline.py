@@ -301,7 +301,6 @@ class Pipeline:
         write_json(self.ctx.path(DOGFOOD_SUMMARY), out)
         return out
 
-
     def _budget_cut(self, stage_seconds: dict) -> dict | None:
         """The summary's `budget` block: set where the budget cut the recipe (mens.dogfood.budget.whole_recipe)."""
         from mens.dogfood.budget import whole_recipe
