@@ -66,3 +66,22 @@ def speedup(runs: list[dict], slow: str, fast: str) -> dict:
         by_round.setdefault(run["round"], {})[run["arm"]] = run["mean_step_s"]
     ratios = [rnd[slow] / rnd[fast] for rnd in by_round.values() if len(rnd) == 2]
     return {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios), "n": len(ratios)}
+
+
+def dogfood_recipe(dogfood_dir: Path, seed: int, out: Path, steps: int):
+    """The TrainConfig dogfood would train on `dogfood_dir`'s data (its preset, seed and system prompt), as a timed
+    arm runs it: `steps` steps into `out`, validating only at the end, no checkpoints, no progress lines."""
+    from mens.dogfood import stages
+    from mens.dogfood.pipeline import Context, DogfoodConfig
+
+    tc = stages.train_config(Context(DogfoodConfig(output_dir=dogfood_dir, seed=seed), lambda *_: None), run=str(out))
+    tc.output_dir, tc.max_steps, tc.eval_every, tc.save_every, tc.log_every_s = str(out), steps, 0, 0, 3600.0
+    return tc
+
+
+def step_events(out: Path) -> tuple[list[dict], list[float]]:
+    """A finished arm's step events and its step times (the first step left out: allocator and kernel warm-up)."""
+    from mens.train.telemetry import read_events
+
+    steps = [e for e in read_events(out) if e.get("event") == "step"]
+    return steps, [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(steps, steps[1:], strict=False)]

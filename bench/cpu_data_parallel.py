@@ -32,14 +32,9 @@ ARMS = ("threads", "processes")
 
 
 def worker(arm: str, dogfood_dir: Path, steps: int, seed: int, out: Path, result: Path) -> None:
-    from mens.dogfood import stages
-    from mens.dogfood.pipeline import Context, DogfoodConfig
-    from mens.train.telemetry import read_events
+    from alternate import dogfood_recipe, step_events
 
-    ctx = Context(DogfoodConfig(output_dir=dogfood_dir, seed=seed), lambda *_: None)
-    tc = stages.train_config(ctx, run=str(out))
-    tc.output_dir, tc.max_steps, tc.max_time_s, tc.fit_to_time = str(out), steps, 0.0, False
-    tc.eval_every, tc.save_every, tc.log_every_s = 0, 0, 3600.0
+    tc = dogfood_recipe(dogfood_dir, seed, out, steps)
     processes = 2 if arm == "processes" else 1
     tc.num_threads, tc.batch_size = 2 // processes, tc.batch_size // processes
     config = out.parent / f"{out.name}.yaml"
@@ -52,13 +47,11 @@ def worker(arm: str, dogfood_dir: Path, steps: int, seed: int, out: Path, result
         torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or "torchrun"
         cmd = [torchrun, "--nproc_per_node", str(processes), "-m", "mens", "train", str(config)]
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-    events = read_events(out)
-    step_events = [e for e in events if e.get("event") == "step"]
-    times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(step_events, step_events[1:], strict=False)]
+    steps_done, times = step_events(out)
     result.write_text(json.dumps({"arm": arm, "processes": processes, "threads_each": tc.num_threads,
                                   "rows_each": tc.batch_size, "step_s": times,
-                                  "losses": [e.get("loss") for e in step_events],
-                                  "tokens": [e.get("tokens") for e in step_events]}))
+                                  "losses": [e.get("loss") for e in steps_done],
+                                  "tokens": [e.get("tokens") for e in steps_done]}))
 
 
 def main() -> None:

@@ -25,22 +25,18 @@ ARMS = ("int8", "f32")
 
 
 def worker(arm: str, dogfood_dir: Path, steps: int, seed: int, out: Path, result: Path) -> None:
-    from mens.dogfood import stages
-    from mens.dogfood.pipeline import Context, DogfoodConfig
+    from alternate import dogfood_recipe, step_events
+
     from mens.run_records import PREFLIGHT
     from mens.train.run import run_training
-    from mens.train.telemetry import read_events
 
-    ctx = Context(DogfoodConfig(output_dir=dogfood_dir, seed=seed), lambda *_: None)
-    tc = stages.train_config(ctx, run=str(out))
-    tc.output_dir, tc.max_steps, tc.eval_every, tc.save_every, tc.log_every_s = str(out), steps, 0, 0, 3600.0
+    tc = dogfood_recipe(dogfood_dir, seed, out, steps)
     tc.int8_base = "auto" if arm == "int8" else "off"
     run_training(tc)
-    step_events = [e for e in read_events(out) if e.get("event") == "step"]
-    times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(step_events, step_events[1:], strict=False)]
+    steps_done, times = step_events(out)
     checks = json.loads((out / PREFLIGHT).read_text()).get("checks", [])
     notes = {c.get("check"): c.get("detail", "") for c in checks if c.get("check") in ("int8 base", "matmul precision")}
-    result.write_text(json.dumps({"arm": arm, "step_s": times, "losses": [e.get("loss") for e in step_events],
+    result.write_text(json.dumps({"arm": arm, "step_s": times, "losses": [e.get("loss") for e in steps_done],
                                   "preflight": notes}))
 
 

@@ -24,26 +24,20 @@ ARMS = ("shared", "per-example")
 
 
 def worker(arm: str, dogfood_dir: Path, steps: int, seed: int, out: Path, result: Path) -> None:
-    from mens.dogfood import stages
-    from mens.dogfood.pipeline import Context, DogfoodConfig
+    from alternate import dogfood_recipe, step_events
+
     from mens.train import segment_attention
     from mens.train.run import run_training
-    from mens.train.telemetry import read_events
 
     segment_attention.SHARED_PREFIX = "auto" if arm == "shared" else "off"
-    ctx = Context(DogfoodConfig(output_dir=dogfood_dir, seed=seed), lambda *_: None)
-    tc = stages.train_config(ctx, run=str(out))
-    tc.output_dir, tc.max_steps, tc.eval_every, tc.save_every, tc.log_every_s = str(out), steps, 0, 0, 3600.0
-    run_training(tc)
-    events = read_events(out)
-    step_events = [e for e in events if e.get("event") == "step"]
-    times = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(step_events, step_events[1:], strict=False)]
+    run_training(dogfood_recipe(dogfood_dir, seed, out, steps))
+    steps_done, times = step_events(out)
     from mens.run_records import PREFLIGHT
 
     checks = json.loads((out / PREFLIGHT).read_text()).get("checks", [])
     notes = [c.get("detail", "") for c in checks if c.get("check") == "attention"]
-    result.write_text(json.dumps({"arm": arm, "step_s": times, "losses": [e.get("loss") for e in step_events],
-                                  "tokens": [e.get("tokens") for e in step_events], "attention": notes}))
+    result.write_text(json.dumps({"arm": arm, "step_s": times, "losses": [e.get("loss") for e in steps_done],
+                                  "tokens": [e.get("tokens") for e in steps_done], "attention": notes}))
 
 
 def main() -> None:
