@@ -21,7 +21,6 @@ at 27%, 71-81% and 100% of its steps; docs/benchmarks.md, "A 30-minute budget").
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -32,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mens.errors import UsageError
+from mens.run_records import write_json
 
 PROBE_STEPS = 4
 """Optimizer steps the probe trains; the first is not timed (allocation, first-call kernels)."""
@@ -276,7 +276,7 @@ def others_cores(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float
 
 
 def write_plan(plan: BudgetPlan, path: Path) -> None:
-    path.write_text(json.dumps(asdict(plan), indent=2) + "\n", encoding="utf-8")
+    write_json(path, asdict(plan))  # atomic: a resumed run keeps the plan it reads back
 
 
 def cpu_name() -> str:

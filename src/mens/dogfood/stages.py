@@ -29,6 +29,7 @@ from mens.run_records import (
     BenchmarkResults,
     MergeParity,
     read_json,
+    write_json,
 )
 
 LANGUAGE = "vox"
@@ -232,7 +233,7 @@ def _estimate_whole_recipe(ctx: Context, plan: dict, run_dir: Path, eval_every: 
         return
     plan["whole_recipe"] = {"step_s": round(step_s, 3), "eval_every": eval_every,
                             "train_s": round(whole_recipe_train_s(plan["probe"], step_s, eval_every), 1)}
-    ctx.path("data", BUDGET).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    write_json(ctx.path("data", BUDGET), plan)  # atomic: a resumed run reads this plan back
 
 
 def _budget_plan(ctx: Context, tc, budget_s: float) -> dict:
