@@ -100,6 +100,9 @@ def test_settings_that_had_no_flag_are_settable(capsys):
     (["--max-steps", "-1"], ConfigError, r"--max-steps: schedule.max_steps = -1 \(expected greater than or equal"),
     (["data.ce_last_k=600"], ConfigError, r"data.ce_last_k = 600 > data.seq_len = 512"),
     (["--fit-to-time"], ConfigError, r"schedule.fit_to_time is on but schedule.max_time_s is 0"),
+    (["eval.eval_every=often"], ConfigError, r"eval.eval_every = 'often' \(expected a valid integer or 'epoch'; "
+                                             r"flag --eval-every\)"),
+    (["--eval-every", "0.5"], ConfigError, r"--eval-every: eval.eval_every = '0.5' \(expected a valid integer or"),
     (["nofile.yaml"], UsageError, r"nofile.yaml: no such config file"),
     (["schedule.max_steps=3", "stray"], UsageError, r"'stray': expected key.sub=value"),
 ])
