@@ -85,3 +85,23 @@ def step_events(out: Path) -> tuple[list[dict], list[float]]:
 
     steps = [e for e in read_events(out) if e.get("event") == "step"]
     return steps, [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(steps, steps[1:], strict=False)]
+
+
+def write_same_rows_report(bench: str, args: argparse.Namespace, runs: list[dict], slow: str, fast: str,
+                           note: str) -> dict:
+    """The record of a two-arm bench whose arms train the same rows (so their losses must agree to float rounding):
+    the machine, the options, the per-round speedup slow / fast, the largest loss difference and every run; written
+    to `args.out`, its headline printed."""
+    import json
+
+    from machine import machine
+
+    losses = {arm: next(run["losses"] for run in runs if run["arm"] == arm) for arm in (slow, fast)}
+    report = {"bench": bench, "machine": machine(), "steps": args.steps, "repeats": args.repeats, "seed": args.seed,
+              "dogfood_dir": str(args.dogfood_dir), "note": note, "speedup": speedup(runs, slow, fast),
+              "max_loss_difference": max(abs(a - b) for a, b in zip(losses[slow], losses[fast], strict=True)),
+              "runs": runs}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report["speedup"]), "max loss difference", report["max_loss_difference"])
+    return report

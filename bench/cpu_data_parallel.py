@@ -55,30 +55,18 @@ def worker(arm: str, dogfood_dir: Path, steps: int, seed: int, out: Path, result
 
 
 def main() -> None:
-    from alternate import dogfood_arms_parser, run_dogfood_arms, speedup
+    from alternate import dogfood_arms_parser, run_dogfood_arms, write_same_rows_report
 
     ap = dogfood_arms_parser(__doc__.splitlines()[0], ARMS, repeats=3)
     ap.add_argument("--out", type=Path,
                     default=REPO / "bench" / "results" / f"cpu_data_parallel-{socket.gethostname()}.json")
     args = ap.parse_args()
     runs = run_dogfood_arms(__file__, ARMS, args, worker)
-    if runs is None:
-        return
-    from machine import machine
-
-    losses = {arm: [run["losses"] for run in runs if run["arm"] == arm][0] for arm in ARMS}
-    report = {
-        "bench": "cpu_data_parallel", "machine": machine(), "steps": args.steps, "repeats": args.repeats,
-        "seed": args.seed, "dogfood_dir": str(args.dogfood_dir),
-        "note": ("mean step time over steps 2..N of dogfood's recipe, global batch 2 rows on both arms; speedup = "
-                 "threads / processes, per round (above 1: two single-threaded processes train faster)"),
-        "speedup": speedup(runs, "threads", "processes"),
-        "max_loss_difference": max(abs(a - b) for a, b in zip(losses["threads"], losses["processes"], strict=True)),
-        "runs": runs,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report["speedup"]), "max loss difference", report["max_loss_difference"])
+    if runs is not None:
+        write_same_rows_report("cpu_data_parallel", args, runs, "threads", "processes",
+                               "mean step time over steps 2..N of dogfood's recipe, global batch 2 rows on both arms; "
+                               "speedup = threads / processes, per round (above 1: two single-threaded processes "
+                               "train faster)")
 
 
 if __name__ == "__main__":

@@ -41,30 +41,17 @@ def worker(arm: str, dogfood_dir: Path, steps: int, seed: int, out: Path, result
 
 
 def main() -> None:
-    from alternate import dogfood_arms_parser, run_dogfood_arms
+    from alternate import dogfood_arms_parser, run_dogfood_arms, write_same_rows_report
 
     ap = dogfood_arms_parser(__doc__.splitlines()[0], ARMS, repeats=3)
     ap.add_argument("--out", type=Path,
                     default=REPO / "bench" / "results" / f"shared_prefix_speed-{socket.gethostname()}.json")
     args = ap.parse_args()
     runs = run_dogfood_arms(__file__, ARMS, args, worker)
-    if runs is None:
-        return
-    from alternate import speedup
-    from machine import machine
-
-    losses = {arm: [run["losses"] for run in runs if run["arm"] == arm][0] for arm in ARMS}
-    report = {
-        "bench": "shared_prefix_speed", "machine": machine(), "steps": args.steps, "repeats": args.repeats,
-        "seed": args.seed, "dogfood_dir": str(args.dogfood_dir),
-        "note": "mean step time over steps 2..N of dogfood's recipe; speedup = per-example / shared, per round",
-        "speedup": speedup(runs, "per-example", "shared"),
-        "max_loss_difference": max(abs(a - b) for a, b in zip(losses["shared"], losses["per-example"], strict=True)),
-        "runs": runs,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report["speedup"]), "max loss difference", report["max_loss_difference"])
+    if runs is not None:
+        write_same_rows_report("shared_prefix_speed", args, runs, "per-example", "shared",
+                               "mean step time over steps 2..N of dogfood's recipe; speedup = per-example / shared, "
+                               "per round")
 
 
 if __name__ == "__main__":

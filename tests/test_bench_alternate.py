@@ -3,13 +3,15 @@ and the step times it reads back."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
-from alternate import dogfood_recipe, speedup, step_events  # noqa: E402
+from alternate import dogfood_recipe, speedup, step_events, write_same_rows_report  # noqa: E402
 
 
 def test_an_arm_trains_dogfoods_recipe_for_the_asked_steps_without_checkpoints_or_mid_run_validation(tmp_path):
@@ -35,3 +37,16 @@ def test_step_times_leave_out_the_first_step_and_speedup_is_per_round(tmp_path):
     runs = [{"round": 0, "arm": "a", "mean_step_s": 3.0}, {"round": 0, "arm": "b", "mean_step_s": 2.0},
             {"round": 1, "arm": "b", "mean_step_s": 2.5}, {"round": 1, "arm": "a", "mean_step_s": 2.5}]
     assert speedup(runs, "a", "b") == {"min": 1.0, "median": 1.25, "max": 1.5, "n": 2}
+
+
+def test_a_same_rows_report_names_the_machine_the_speedup_and_the_largest_loss_difference(tmp_path):
+    args = argparse.Namespace(steps=3, repeats=2, seed=0, dogfood_dir=tmp_path / "df", out=tmp_path / "r" / "x.json")
+    runs = [{"round": 0, "arm": "slow", "mean_step_s": 3.0, "losses": [2.0, 1.5]},
+            {"round": 0, "arm": "fast", "mean_step_s": 2.0, "losses": [2.0, 1.25]},
+            {"round": 1, "arm": "fast", "mean_step_s": 2.0, "losses": [2.0, 1.25]},
+            {"round": 1, "arm": "slow", "mean_step_s": 2.5, "losses": [2.0, 1.5]}]
+    write_same_rows_report("some_bench", args, runs, "slow", "fast", "a note")
+    doc = json.loads(args.out.read_text())
+    assert doc["bench"] == "some_bench" and doc["machine"]["cpu_count"] >= 1 and doc["note"] == "a note"
+    assert doc["speedup"] == {"min": 1.25, "median": 1.375, "max": 1.5, "n": 2}
+    assert doc["max_loss_difference"] == 0.25 and len(doc["runs"]) == 4 and doc["steps"] == 3
