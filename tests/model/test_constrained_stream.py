@@ -168,3 +168,69 @@ def test_a_wider_stream_closing_streams_sooner_and_never_lets_the_model_stop(tin
     wide = run(lambda t: "!!")
     assert len(wide) > 1  # streamed a token behind the model
     assert "".join(wide[:-1]) and "".join(wide).startswith(free) and len("".join(wide)) > len(free)  # still refused
+
+
+def _model_steps(monkeypatch) -> list[int]:
+    """A list that gets, per model step of the constrained decoder, how many tokens it fed."""
+    steps: list[int] = []
+    real = generate_module._last_logits
+
+    def counted(model, keep_last, **inputs):
+        steps.append(int(inputs["input_ids"].shape[1]))
+        return real(model, keep_last, **inputs)
+
+    monkeypatch.setattr(generate_module, "_last_logits", counted)
+    return steps
+
+
+def _dead_end_after(tok, ids, n: int):
+    trap = tok.decode(ids[:n])
+    return lambda t: t == trap or not t.startswith(trap)
+
+
+@pytest.mark.parametrize("case", ["never objects", "repair", "dead end", "dead end, no crop", "closing", "stops"])
+def test_a_greedy_draft_gives_the_same_answer_with_model_steps_only_from_its_repair(tiny, monkeypatch, case):
+    """The draft (the model's unconstrained greedy answer) stands in for the model's choices while the answer
+    follows it: every piece, every reported token and the answer are those of decoding from scratch."""
+    model, tok = tiny
+    stop = _stop_token(model, tok)
+    stop_ids = {stop} if case == "stops" else set()
+    _, ids = _free(model, tok, max_new_tokens=12, stop_ids=stop_ids)
+    constraint = {
+        "never objects": _anything(),
+        "repair": Constraint(viable=lambda t: not t.startswith(tok.decode(ids[:4])), complete=lambda t: True),
+        "dead end": Constraint(viable=_dead_end_after(tok, ids, 3), complete=lambda t: True),
+        "dead end, no crop": Constraint(viable=_dead_end_after(tok, ids, 3), complete=lambda t: True),
+        "closing": Constraint(viable=lambda t: True, complete=lambda t: t.endswith("."), lookahead=1,
+                              closing=lambda t: "." if len(t) <= len(tok.decode(ids[:5])) else None),
+        "stops": Constraint(viable=lambda t: True, complete=lambda t: t.endswith("!!"), closing=lambda t: "!!"),
+    }[case]
+    if case == "dead end, no crop":
+        monkeypatch.setattr(generate_module, "_crop", lambda past, length: None)  # the cache is rebuilt instead
+    steps = _model_steps(monkeypatch)
+
+    def run(draft):
+        kept: list[int] = []
+        pieces = list(stream_tokens(model, tok, _ids(tok), max_new_tokens=12, stop_ids=stop_ids,
+                                    constraint=constraint, on_token=kept.append, draft=draft))
+        return pieces, kept
+
+    expected = run(None)
+    scratch = list(steps)
+    steps.clear()
+    assert run(ids) == expected
+    assert len(steps) < len(scratch)
+    if case in ("never objects", "closing"):  # every choice was the draft's: the model never ran (12: the budget)
+        assert steps == [] and len(ids) == 12
+    if case == "stops":  # the draft's tokens at once, with the prompt, where the model's stop is asked for
+        assert steps == [len(_ids(tok)) + len(ids)]
+    if case == "repair":  # the draft's first 3 tokens at once, with the prompt, at the repair; then one at a time
+        assert steps == [len(_ids(tok)) + 3] + [1] * 8
+
+
+def test_a_draft_is_not_used_when_sampling(tiny):
+    model, tok = tiny
+    c = Constraint(viable=lambda t: "0" not in t, complete=lambda t: True)
+    kw = dict(max_new_tokens=16, temperature=1.0, seed=3, stop_ids=set(), constraint=c)
+    assert ("".join(stream_tokens(model, tok, _ids(tok), draft=[5] * 16, **kw))
+            == "".join(stream_tokens(model, tok, _ids(tok), **kw)))

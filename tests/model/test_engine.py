@@ -143,10 +143,11 @@ def test_hf_adopted_answers_are_not_decoded_and_others_are(monkeypatch, one_thre
 
 
 def streams_of(engine: HFEngine) -> list[str]:
-    """A list that gets the prompt of each answer `engine` streams from now on."""
+    """A list that gets the prompt of each answer `engine` streams from now on (given a draft or not)."""
     calls: list[str] = []
-    stream = engine.stream
-    engine.stream = lambda request, usage: calls.append(request.messages[-1]["content"]) or stream(request, usage)
+    stream = engine._stream
+    engine._stream = lambda request, usage, draft=None: (calls.append(request.messages[-1]["content"])
+                                                         or stream(request, usage, draft))
     return calls
 
 
@@ -178,3 +179,24 @@ def test_hf_constrained_answers_reuse_the_greedy_draft_only_when_the_constraint_
         assert engine.generate_batch(requests) == expected
         again = [p for p, d in zip(PROMPTS, drafts, strict=True) if not accept or d != target]
         assert calls == again and (accept or calls == PROMPTS) and (not accept or PROMPTS[0] not in calls)
+
+
+def test_hf_refused_drafts_are_repaired_from_the_draft_not_decoded_again_from_scratch(loaded):
+    """A constrained answer whose draft the constraint refuses takes the draft's tokens as the model's choices and
+    runs the model only from where the draft ends (here: the stop it may not take): the same answers as streaming
+    each from scratch, for fewer model steps."""
+    model, tok = loaded.model, loaded.tokenizer
+    prompt = HFEngine(loaded).prompt_ids(chat(PROMPTS[0]))
+    [first] = generate_greedy_batch(model, tok, [prompt], max_new_tokens=10, stop_ids=set())
+    model.generation_config.eos_token_id = first.token_ids[3]  # the first draft ends at a stop token it may not take
+    never = fake_language(lambda _text: False)
+    requests = [chat(p, max_tokens=10, constrained=True) for p in PROMPTS]
+    steps = forwards(model)
+    expected = streamed(HFEngine(loaded, never), requests)
+    from_scratch = len(steps)
+    engine = HFEngine(loaded, never)
+    engine.generate_batch([chat(p, max_tokens=10) for p in PROMPTS])  # the drafts, kept
+    steps.clear()
+    calls = streams_of(engine)
+    assert engine.generate_batch(requests) == expected and calls == PROMPTS
+    assert len(steps) < from_scratch - 3  # at least the first answer's 3 draft tokens are not decoded again

@@ -127,7 +127,7 @@ def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int
                   top_p: float = 1.0, seed: int | None = None, stop_ids: set[int] | None = None,
                   constraint: Constraint | None = None, on_token: Callable[[int], None] | None = None,
                   stop_text: Callable[[str], bool] | None = None,
-                  should_stop: Callable[[], bool] | None = None) -> Iterator[str]:
+                  should_stop: Callable[[], bool] | None = None, draft: list[int] | None = None) -> Iterator[str]:
     """Yield text pieces of the continuation of `input_ids`, one model step at a time.
 
     With a constraint the model's own choice is kept whenever the text stays viable, so the constraint only
@@ -136,12 +136,17 @@ def stream_tokens(model, tokenizer, input_ids: list[int], *, max_new_tokens: int
     excluded) as it is streamed, e.g. to count usage. `stop_text(text so far)` ends an unconstrained answer after
     the token that made it true (that token is kept), as in `batch_decode.generate_greedy_batch`. `should_stop()`
     true ends the answer at the next model step (a server whose client left); held-back text is then dropped.
+
+    `draft`: the model's greedy choices after `input_ids`, already decoded (a batch's unconstrained greedy answer).
+    Constrained greedy decoding takes them as the model's choices without running the model, for as long as it
+    follows them, so repairing an answer costs the model steps from its first repair on, not the whole answer.
+    Ignored without a constraint or when sampling.
     """
     stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids
     gen = torch.Generator(device="cpu").manual_seed(seed if seed is not None else 0)
     if constraint is not None:
         yield from _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p, gen, stop_ids,
-                                constraint, on_token, should_stop)
+                                constraint, on_token, should_stop, draft=draft if temperature <= 0 else None)
         return
     device = next(model.parameters()).device
     keep_last = _keeps_last_logits_only(model)
@@ -212,7 +217,7 @@ class _Text:
 
 
 def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p, gen, stop_ids,
-                 constraint: Constraint, on_token, should_stop=None) -> Iterator[str]:
+                 constraint: Constraint, on_token, should_stop=None, draft: list[int] | None = None) -> Iterator[str]:
     """Decode with the model's own choices, repaired only where they would make the text unviable.
 
     Each step draws the model's choice exactly as unconstrained decoding does (argmax, or one seeded draw) and
@@ -229,6 +234,12 @@ def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p
     either). So the stream runs a few tokens behind the model and never has to take text back: at the end (the
     token budget, no choice left) `constraint.finish` closes the whole text, or, where that would cut into
     streamed text, the streamed text is closed with its known suffix and the tokens held back are dropped.
+
+    While the kept tokens are a prefix of `draft` (greedy only), the next draft token is the model's choice at that
+    position and no model step is run for it; the model runs (over every kept token its cache lacks, in one
+    forward) only when a candidate past the draft's is needed: where the draft's token is refused, where the
+    draft ends, or where a backtrack asks a position for its next candidate. The choices are the same; only float
+    rounding can differ, as between a batch and one stream.
     """
     device = next(model.parameters()).device
     keep_last = _keeps_last_logits_only(model)
@@ -237,8 +248,25 @@ def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p
     stream_closing = constraint.stream_closing or constraint.closing
     streamed_suffix = "" if stream_closing is None else stream_closing("")  # closes the streamed text
     held: list[_Choices] = []  # per token that may still be taken back: the untried candidates at its position
-    pending, past, backtracks, stopped = list(input_ids), None, 0, False
+    past, cached, backtracks, stopped = None, 0, 0, False  # the KV cache holds the first `cached` of prompt + text
+    draft = list(draft or [])
+    on_draft = bool(draft)  # the kept tokens are a prefix of the draft
     closings: dict[str, str] = {}
+
+    def next_logits() -> torch.Tensor:
+        """The model's logits after the kept text: one forward over what the cache lacks (at least the last
+        token, whose output they are)."""
+        nonlocal past, cached
+        seq = [*input_ids, *text.ids]
+        start = max(0, min(cached, len(seq) - 1))
+        if past is not None and past.get_seq_length() != start:
+            past = _crop(past, start)
+        if past is None:
+            start = 0
+        logits, past = _last_logits(model, keep_last, input_ids=torch.tensor([seq[start:]], device=device),
+                                    past_key_values=past)
+        cached = len(seq)
+        return logits[0]
 
     def closes(unfinished: str) -> bool:
         """Whether the model may stop on `unfinished`: `closing` (else `finish`) closes it by appending."""
@@ -254,24 +282,26 @@ def _constrained(model, tokenizer, input_ids, max_new_tokens, temperature, top_p
     while len(text.ids) < max_new_tokens:
         if should_stop is not None and should_stop():
             return
-        logits, past = _last_logits(model, keep_last, input_ids=torch.tensor([pending], device=device),
-                                    past_key_values=past)
-        choices = _Choices(logits[0], temperature, top_p, gen, constraint.max_candidates)
+        n = len(text.ids)
+        if on_draft and n < len(draft):  # the model's choice here is known: its logits only if it is refused
+            choices = _Choices(next_logits, temperature, top_p, gen, constraint.max_candidates, first=draft[n])
+        else:
+            choices = _Choices(next_logits(), temperature, top_p, gen, constraint.max_candidates)
         token = _first_acceptable(choices, text, stop_ids, constraint, closes)
         while token is None and held and backtracks < MAX_BACKTRACKS:
             backtracks += 1
             text.pop()  # take back the latest choice and try what else was viable there
+            cached = min(cached, len(input_ids) + len(text.ids))  # the cache past the kept text is stale
             choices = held.pop()
             token = _first_acceptable(choices, text, stop_ids, constraint, closes)
-            past = _crop(past, len(input_ids) + len(text.ids))
         if token is None:
             break
         if token in stop_ids:
             stopped = True
             break
+        on_draft = on_draft and len(text.ids) < len(draft) and token == draft[len(text.ids)]
         text.push(token)
         held.append(choices)
-        pending = [token] if past is not None else [*input_ids, *text.ids]
         if len(held) > constraint.lookahead:
             held.pop(0)  # the oldest is final now
         final = len(text.ids) - len(held)
@@ -349,17 +379,23 @@ class _Choices:
     the same answer), then, only when asked, up to `limit - 1` fallbacks: the next most likely tokens, or
     further seeded draws without replacement."""
 
-    def __init__(self, logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator, limit: int):
+    def __init__(self, logits: torch.Tensor | Callable[[], torch.Tensor], temperature: float, top_p: float,
+                 gen: torch.Generator, limit: int, first: int | None = None):
+        """`logits`, or a function that computes them when first needed; `first`: the model's own (greedy) choice
+        where it is already known, so that the logits are needed only for a fallback."""
         self.fresh = True
         """Nothing has been taken yet: the next token is the model's own choice."""
-        self._tokens = self._draw(logits, temperature, top_p, gen, limit)
+        self._tokens = self._draw(logits, temperature, top_p, gen, limit, first)
 
     @staticmethod
-    def _draw(logits, temperature, top_p, gen, limit) -> Iterator[int]:
-        first = _model_choice(logits, temperature, top_p, gen)
+    def _draw(logits, temperature, top_p, gen, limit, first) -> Iterator[int]:
+        if first is None:
+            logits = logits() if callable(logits) else logits
+            first = _model_choice(logits, temperature, top_p, gen)
         yield first
         if limit <= 1:
             return
+        logits = logits() if callable(logits) else logits
         if temperature <= 0:
             top = torch.topk(logits, min(limit, logits.numel())).indices.tolist()
             yield from (t for t in top if t != first)

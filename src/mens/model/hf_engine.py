@@ -5,7 +5,9 @@ gives the same answers for less work: unconstrained answers, greedy or seeded, a
 (`generate_greedy_batch`; an answer that has ended leaves the batch); greedy answers are
 kept, so a later batch asking for the same prompt and budget (the next decoding mode) reuses them; a constrained
 greedy answer is the kept greedy one whenever constrained decoding would have produced it anyway (it ended at a
-stop token and `constraint_accepts` it); the rest are streamed one at a time.
+stop token and `constraint_accepts` it); the rest are decoded with the constraint one at a time, taking the
+draft's tokens as the model's choices up to where it needs repair (`stream_tokens(draft=)`), so the model runs
+from there on only.
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ class HFEngine:
         return temperature, max(request.top_p, MIN_TOP_P)
 
     def stream(self, request: GenerationRequest, usage: Usage) -> Iterator[str]:
+        return self._stream(request, usage)
+
+    def _stream(self, request: GenerationRequest, usage: Usage, draft: list[int] | None = None) -> Iterator[str]:
+        """`stream`, given the request's greedy draft where one was decoded (constrained greedy decoding then runs
+        the model only from where the draft needs repair)."""
         ids = self.prompt_ids(request)
         usage.prompt_tokens = len(ids)
         constraint = language_constraint(self.language) if self._constrains(request) else None
@@ -85,7 +92,8 @@ class HFEngine:
         stop_text = code_block_closed if request.stop_at_closed_block and constraint is None else None
         yield from stream_tokens(self.loaded.model, self.loaded.tokenizer, ids, max_new_tokens=request.max_tokens,
                                  temperature=temperature, top_p=top_p, seed=request.seed, constraint=constraint,
-                                 on_token=count, stop_text=stop_text, should_stop=request.cancelled.is_set)
+                                 on_token=count, stop_text=stop_text, should_stop=request.cancelled.is_set,
+                                 draft=draft)
 
     def generate_batch(self, requests: list[GenerationRequest], progress: Progress | None = None) -> list[str]:
         """What `stream` gives for each request, batched where that gives the same answer (see the module doc).
@@ -102,6 +110,7 @@ class HFEngine:
         self._decode_greedy([(ids[i], requests[i].max_tokens, requests[i].stop_at_closed_block) for i in greedy],
                             finished)
         constraint = None
+        drafts: dict[int, list[int]] = {}
         for i in greedy:
             out = self._greedy[(ids[i], requests[i].max_tokens, requests[i].stop_at_closed_block)]
             if not self._constrains(requests[i]):
@@ -109,9 +118,12 @@ class HFEngine:
                 continue
             # A draft that ended at a stop token (not at the budget or the closed block) and that the constraint
             # keeps at every step is the constrained answer; one constraint serves the drafts checked in turn.
+            # Any other is decoded again with the constraint, from its draft (the model's choices up to its repair).
             constraint = constraint or language_constraint(self.language)
             if out.finish == "stop" and constraint_accepts(self.loaded.tokenizer, out.token_ids, constraint):
                 answers[i] = out.text
+            else:
+                drafts[i] = out.token_ids
         # Seeded sampling, unconstrained and without a nucleus cut: each row draws from its own seeded generator.
         sampled = [i for i, r in enumerate(requests) if ids[i] and not self._constrains(r)
                    and self._sampling(r)[0] > 0 and r.top_p >= 1.0]
@@ -130,7 +142,7 @@ class HFEngine:
         counted = set(greedy) | set(sampled)
         for i, answer in enumerate(answers):  # constrained answers the draft was not, nucleus sampling, empty prompts
             if answer is None:
-                answers[i] = "".join(self.stream(requests[i], Usage()))
+                answers[i] = "".join(self._stream(requests[i], Usage(), draft=drafts.get(i)))
                 if i not in counted:
                     finished.add(1)
         return answers  # type: ignore[return-value]
