@@ -36,9 +36,9 @@ from mens.run_records import (
 )
 
 DEFAULT_BUDGET = "30m"
-"""`mens dogfood`'s wall-clock budget when none is given (`--budget none`: the whole recipe, 1.2-1.6 h on 2 CPU cores).
-On 2 AMD EPYC cores it trains 214 of the recipe's 742 steps and the run ends in under 30 minutes
-(docs/benchmarks.md, "A 30-minute budget")."""
+"""`mens dogfood`'s wall-clock budget when none is given (`--budget none`: the whole recipe, however long this machine
+takes). How much of the recipe it trains on which CPU, and what that scores: docs/benchmarks.md, "A 30-minute
+budget"."""
 SHORT_SYSTEM_PROMPT = "You are an expert Vox programmer. Answer with valid, current Vox code only."
 """The first line of the packaged prompt. The full one is ~270 tokens, four times a typical pair: on CPU it
 would cost most of the training time and teaches a 135M base little; dogfood trains, evaluates and serves
