@@ -98,6 +98,9 @@ class DataConfig(Section):
     """Maximum tokens per row; longer examples are left-truncated (the answer's end is kept)."""
     pack: bool = True
     """Pack several examples per row (no attention or positions leak across examples)."""
+    pack_shuffle: bool = False
+    """Pack the examples in a seeded random order instead of file order. In file order neighbours share a row,
+    and dogfood's data keeps a request's phrasings next to each other, so one program fills a row and a step."""
     ce_last_k: int = setting(0, "--ce-last-k", "--qlora-ce-last-k", ge=0)
     """Supervise only the last K tokens of each example (0 = every assistant token). The original defaults to 64
     and caps K at 64, which drops the start of every longer answer; mens learns whole answers by default."""

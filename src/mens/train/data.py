@@ -18,6 +18,7 @@ from mens.train.packing import Row, pack_examples
 from mens.train.text import Example, chat_for_row, encode_chat
 
 VAL_SEED_XOR = 0xA1B2C3D4  # the validation split draws from its own stream (like the original)
+PACK_SEED_XOR = 0x5EED0FF5  # so does the packing order (data.pack_shuffle)
 
 
 def resolve_data_file(data: str | Path) -> Path:
@@ -122,6 +123,14 @@ def split_validation(examples: list[Example], fraction: float, seed: int) -> tup
     perm = torch.randperm(n, generator=g).tolist()
     val_idx = set(perm[:n_val])
     return [e for i, e in enumerate(examples) if i not in val_idx], [examples[i] for i in sorted(val_idx)]
+
+
+def packing_order(examples: list[Example], seed: int) -> list[Example]:
+    """`examples` in a random order drawn from `seed` (its own stream, as the validation split's), for packing."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed ^ PACK_SEED_XOR)
+    return [examples[i] for i in torch.randperm(len(examples), generator=g).tolist()]
 
 
 def build_rows(examples: list[Example], *, pack: bool, seq_len: int) -> list[Row]:

@@ -37,6 +37,7 @@ from mens.train.data import (
     BatchPlan,
     build_rows,
     file_sha256,
+    packing_order,
     plan_steps,
     read_examples,
     resolve_data_file,
@@ -181,7 +182,8 @@ def prepare_inputs(cfg: TrainConfig, pf: Preflight, world: int) -> Inputs:
     base_sha = weights_sha256(model_dir) if any(model_dir.glob("*.safetensors")) else "unknown"
     pf.contract_digest = digest = contract_digest(cfg.to_dict(), data_sha, base_sha)
     train, val = split_validation(examples, cfg.val_fraction, cfg.seed)
-    rows = build_rows(train, pack=cfg.pack, seq_len=cfg.seq_len)
+    packed = packing_order(train, cfg.seed) if cfg.pack and cfg.data.pack_shuffle else train
+    rows = build_rows(packed, pack=cfg.pack, seq_len=cfg.seq_len)
     val_rows = build_rows(val, pack=cfg.pack, seq_len=cfg.seq_len)
     plan = plan_steps(len(rows), cfg.batch_size * cfg.grad_accum * world, epochs=cfg.epochs,
                       max_steps=cfg.max_steps, seed=cfg.seed)
