@@ -48,7 +48,7 @@ def rerun(source: Path, work: Path) -> Path:
 
 
 def row(copy: Path, source: Path | None) -> dict:
-    from mens.dogfood.budget import POST_TRAIN_FACTOR, POST_TRAIN_FIXED_S
+    from mens.dogfood.budget import POST_TRAIN_FIXED_S, post_train_reserve
 
     state = json.loads((copy / "dogfood_state.json").read_text(encoding="utf-8"))
     stages = state["stages"]
@@ -58,7 +58,7 @@ def row(copy: Path, source: Path | None) -> dict:
     seconds = {s: stages[s]["seconds"] for s in RERUN}
     base, after = seconds["eval-base"], sum(seconds[s] for s in AFTER)
     summary = json.loads((copy / "run" / "run_summary.json").read_text(encoding="utf-8"))
-    reserve = POST_TRAIN_FACTOR * base + POST_TRAIN_FIXED_S
+    reserve = post_train_reserve(base)
     return {"run": str(copy), "source": str(source) if source else None, "seed": state["config"]["seed"],
             "trained_steps": summary.get("steps"), "stage_seconds": seconds, "after_training_s": round(after, 1),
             "base_evals_beyond_fixed": round((after - POST_TRAIN_FIXED_S) / base, 2),
@@ -87,11 +87,12 @@ def main() -> None:
                                                    "reserve_held")}), flush=True)
     commit = args.commit or subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                                            capture_output=True, text=True).stdout.strip()
-    record = {"bench": "post_train_stages", "machine": machine(), "commit": commit, "note": args.note,
+    where = machine()
+    record = {"bench": "post_train_stages", "machine": where, "commit": commit, "note": args.note,
               "post_train_factor": POST_TRAIN_FACTOR, "post_train_fixed_s": POST_TRAIN_FIXED_S, "runs": rows,
               "max_base_evals_beyond_fixed": max(r["base_evals_beyond_fixed"] for r in rows),
               "all_held": all(r["reserve_held"] for r in rows)}
-    out = args.output or REPO / "bench" / "results" / f"post-train-stages-{machine()['host']}.json"
+    out = args.output or REPO / "bench" / "results" / f"post-train-stages-{where['host']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {out}")

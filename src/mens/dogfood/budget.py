@@ -168,10 +168,15 @@ def probe_training(tc, probe_dir: Path, steps: int = PROBE_STEPS) -> Probe:
                  steps_per_epoch=start.get("steps_per_epoch"))
 
 
+def post_train_reserve(base_eval_s: float) -> float:
+    """Seconds reserved for the stages after training, from the base model's greedy evaluation time."""
+    return POST_TRAIN_FACTOR * base_eval_s + POST_TRAIN_FIXED_S
+
+
 def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Probe, *, cpu: str = "",
                 native_bf16: bool = False) -> BudgetPlan:
     """The steps that fit: pure arithmetic over the measurements, so it is tested without training."""
-    reserve = POST_TRAIN_FACTOR * base_eval_s + POST_TRAIN_FIXED_S
+    reserve = post_train_reserve(base_eval_s)
     train_s = budget_s - elapsed_s - reserve
     usable = SAFETY * train_s - probe.startup_s - VAL_PASSES * probe.val_s
     fit = int(usable // probe.step_s) if probe.step_s > 0 else probe.recipe_steps
