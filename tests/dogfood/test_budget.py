@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mens.dogfood.budget import MIN_STEPS, Probe, parse_budget, plan_budget
+from mens.dogfood.budget import MIN_STEPS, RUN_VAL_SHARE, Probe, parse_budget, plan_budget
 from mens.errors import UsageError
 
 
@@ -26,19 +26,21 @@ def _probe(step_s=6.0, recipe=742):
 
 def test_plan_fits_steps_to_what_the_budget_leaves():
     plan = plan_budget(1800, elapsed_s=120, base_eval_s=100, probe=_probe())
-    # 1800 - 120 - (4.0 * 100 + 30) = 1250 s for training; 0.92 * 1250 - 15 - 40 = 1095 s -> 182 steps of 6 s
-    assert plan.train_s == 1250 and plan.steps == 182 and plan.recipe_steps == 742
-    assert "182 of the recipe's 742 steps" in plan.note
-    planned = plan.steps * 6.0 + 40 + 15 + plan.elapsed_s + plan.reserve_s
+    # 1800 - 120 - (4.0 * 100 + 30) = 1250 s for training; the run's final validation reads a quarter of the rows,
+    # a quarter of the probe's whole pass (40 s): 0.92 * 1250 - 15 - 10 = 1125 s -> 187 steps of 6 s
+    assert RUN_VAL_SHARE == 0.25
+    assert plan.train_s == 1250 and plan.steps == 187 and plan.recipe_steps == 742
+    assert "187 of the recipe's 742 steps" in plan.note
+    planned = plan.steps * 6.0 + 10 + 15 + plan.elapsed_s + plan.reserve_s
     assert planned <= 1800  # the plan keeps the budget by its own numbers
     # the hard limit for a machine that slows down mid-run: the training share less start-up and a final validation
-    assert plan.max_time_s == 1250 - 15 - 40 and plan.max_time_s > plan.steps * 6.0 + 40
+    assert plan.max_time_s == 1250 - 15 - 10 and plan.max_time_s > plan.steps * 6.0 + 10
 
 
 def test_a_slower_machine_gets_fewer_steps_and_a_fast_one_never_more_than_the_recipe():
     slow = plan_budget(1800, 120, 100, _probe(step_s=12.0))
     fast = plan_budget(1800, 120, 100, _probe(step_s=0.5))
-    assert slow.steps == 91 and fast.steps == 742 and "fit the budget" in fast.note
+    assert slow.steps == 93 and fast.steps == 742 and "fit the budget" in fast.note
 
 
 def test_a_budget_too_small_for_training_is_refused_with_the_numbers():
@@ -51,7 +53,7 @@ def test_the_plan_sets_the_length_only():
     """A cut schedule trains the preset's recipe as it is (the cpu preset's LoRA+ was measured cut and whole):
     the plan carries steps and limits, no learning-rate or optimizer changes."""
     cut, whole = plan_budget(1800, 120, 100, _probe()), plan_budget(1800, 120, 100, _probe(step_s=0.5))
-    assert cut.steps == 182 and whole.steps == 742
+    assert cut.steps == 187 and whole.steps == 742
     for plan in (cut, whole):
         assert not {"lr_scale", "lora_plus_ratio"} & set(vars(plan)) and "LoRA" not in plan.note
 

@@ -205,6 +205,16 @@ def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base, mo
     config = json.loads((out / "run" / "training_manifest.json").read_text())["config"]
     assert config["fit_to_time"] is True and config["eval_every"] == 0
     assert config["max_time_s"] == pytest.approx(plan["max_time_s"]) and config["max_steps"] == 3
+    # over every fourth validation row (budget.RUN_VAL_SHARE), as the probe's pass; the note and the report say so
+    evals = [json.loads(line) for line in (out / "run" / "telemetry.jsonl").read_text().splitlines()
+             if '"eval"' in line]
+    assert [e["step"] for e in evals] == [3] and 0 < evals[0]["tokens"] < evals[0]["all_tokens"]
+    assert "(every 4th validation row)" in state["stages"]["train"]["note"]
+    from mens.report.facts import training_numbers
+    from mens.report.runfiles import read_run
+    rows = dict(training_numbers(read_run(out / "run")))
+    assert rows["validation loss (last)"].endswith(
+        f"(on {evals[0]['tokens']:,} of the {evals[0]['all_tokens']:,} validation tokens)")
     # after training, the plan gains the run's own pace and what the recipe's whole length would train in
     whole = plan["whole_recipe"]
     assert whole["step_s"] > 0 and whole["eval_every"] == 10  # --quick's preset validates every 10 steps

@@ -56,9 +56,9 @@ def test_refit_total_fills_the_target_share_of_the_limit_within_the_ceiling():
     assert refit_total(step=100, elapsed_s=990, step_s=2.0, max_time_s=1000, ceiling=742) == 101  # at least one
 
 
-def _refit_run(tmp_path, tiny_model_dir, monkeypatch, out, *, resume=False):
+def _refit_run(tmp_path, tiny_model_dir, monkeypatch, out, *, resume=False, fit_max_steps=0):
     """A tiny time-fitted run whose re-fits are fixed (the loop's arithmetic is tested above): 10 steps planned,
-    16 at the first re-fit, 13 at the second, the epochs' 20 steps as the ceiling."""
+    16 at the first re-fit, 13 at the second, the epochs' 20 steps as the ceiling (or `fit_max_steps`)."""
     import mens.train.loop as loop
     from mens.train.run import run_training
 
@@ -67,8 +67,8 @@ def _refit_run(tmp_path, tiny_model_dir, monkeypatch, out, *, resume=False):
 
     def fixed(*, step, elapsed_s, step_s, max_time_s, ceiling):
         calls.append(step)
-        assert step_s > 0 and elapsed_s > 0 and max_time_s == 3600.0 and ceiling == 20
-        return min(ceiling, answers[step])
+        assert step_s > 0 and elapsed_s > 0 and max_time_s == 3600.0 and ceiling == (fit_max_steps or 20)
+        return min(ceiling, answers.get(step, 16))
 
     monkeypatch.setattr(loop, "refit_total", fixed)
     data = tmp_path / "data"
@@ -77,8 +77,16 @@ def _refit_run(tmp_path, tiny_model_dir, monkeypatch, out, *, resume=False):
         write_jsonl(data / "train.jsonl", vox_rows(8))
     cfg = tiny_config(data, out, tiny_model_dir, max_steps=10, epochs=10, batch_size=4, val_fraction=0,
                       min_examples=4, save_every=4, keep_checkpoints=10, eval_every=0, learning_rate=1e-2)
-    cfg.max_time_s, cfg.fit_to_time, cfg.resume = 3600.0, True, resume
+    cfg.max_time_s, cfg.fit_to_time, cfg.resume, cfg.fit_max_steps = 3600.0, True, resume, fit_max_steps
     return run_training(cfg), calls
+
+
+def test_fit_max_steps_is_the_ceiling_of_the_refits(tmp_path, tiny_model_dir, monkeypatch):
+    """A recipe of 12 steps (dogfood's --max-steps under a budget) is never re-fitted past them, though the
+    epochs would give 20 and the time limit more."""
+    summary, calls = _refit_run(tmp_path, tiny_model_dir, monkeypatch, tmp_path / "capped", fit_max_steps=12)
+    # 16 capped to 12 at step 2; the shares of 12 then fall at steps 5, 8, 10 and 11, each capped to 12 again
+    assert calls == [2, 5, 8, 10, 11] and summary["steps"] == 12
 
 
 def test_a_time_fitted_run_follows_its_refits_and_resumes_onto_the_same_curve(tmp_path, tiny_model_dir, monkeypatch):

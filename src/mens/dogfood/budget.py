@@ -5,7 +5,7 @@ takes 30 minutes on one takes an hour on another. Instead of a fixed count, dogf
 the real recipe on the real data, times them, and gives training what the budget leaves once the stages before
 it (measured) and after it (estimated from the base model's own evaluation time) are paid for:
 
-    steps * step_s + val_passes * val_s + startup_s <= budget - elapsed - reserve
+    steps * step_s + val_passes * val_share * val_s + startup_s <= budget - elapsed - reserve
 
 `elapsed` starts when the command did: `scripts/mens` records that moment before it builds the virtual environment
 (a first run's minute or two), so a new user's first command keeps the budget too.
@@ -39,6 +39,11 @@ PROBE_VAL_SHARE = 0.25
 """Share of the validation rows the probe's validation pass reads (every fourth row); the whole pass is that time
 scaled by the tokens of every row. A whole pass cost the probe 55-58 s (9-10 steps) on 2 Zen 3 cores, and the
 budget then paid for it twice (probe and run)."""
+RUN_VAL_SHARE = PROBE_VAL_SHARE
+"""Share of the validation rows a budgeted run's final pass reads (the probe's rows: every fourth). Dogfood decides
+nothing on the validation loss, and the whole pass took 46-62 s, 7-9 steps, of a 30-minute budget on 2 Zen 3 cores
+(bench/results/dogfood-budget30-avx2-zen3-*.json); a quarter of it leaves those steps to training. The loss is then
+over the same rows in every budgeted run, not over all of them; `--budget none` validates on every row."""
 POST_TRAIN_FACTOR = 4.0
 """The stages after training against the base model's greedy evaluation (same tasks, same token budget). Both
 decode in batches whose ended answers leave the batch, which made the base eval (long answers that all run to the
@@ -61,8 +66,8 @@ processes). The plan is where the run starts; it re-fits its length to the time 
 planned steps first), so this only keeps the first stretch of the schedule from planning too long."""
 MIN_STEPS = 20
 VAL_PASSES = 1
-"""Validation-loss passes in a budgeted run: one, at the end. Each costs a pass over the val rows (44 s, or 9 steps,
-on 2 AMD EPYC cores) and dogfood decides nothing on a mid-run value, so that time goes to training instead."""
+"""Validation-loss passes in a budgeted run: one, at the end, over RUN_VAL_SHARE of the rows. Dogfood decides nothing
+on a mid-run value, so that time goes to training instead."""
 
 
 LAUNCHED_AT_ENV = "MENS_LAUNCHED_AT"
@@ -178,7 +183,8 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
     """The steps that fit: pure arithmetic over the measurements, so it is tested without training."""
     reserve = post_train_reserve(base_eval_s)
     train_s = budget_s - elapsed_s - reserve
-    usable = SAFETY * train_s - probe.startup_s - VAL_PASSES * probe.val_s
+    final_val_s = RUN_VAL_SHARE * probe.val_s  # probe.val_s is a whole pass, scaled from the probe's share
+    usable = SAFETY * train_s - probe.startup_s - VAL_PASSES * final_val_s
     fit = int(usable // probe.step_s) if probe.step_s > 0 else probe.recipe_steps
     steps = min(probe.recipe_steps, fit)
     how = f"{probe.step_s:.2f} s/step measured over {PROBE_STEPS - 1} probe steps"
@@ -197,7 +203,7 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
                  "machine trains more steps in this budget")
     return BudgetPlan(budget_s=budget_s, elapsed_s=round(elapsed_s, 1), reserve_s=round(reserve, 1),
                       train_s=round(train_s, 1), steps=steps, recipe_steps=probe.recipe_steps,
-                      max_time_s=round(max(probe.step_s * MIN_STEPS, train_s - probe.startup_s - probe.val_s), 1),
+                      max_time_s=round(max(probe.step_s * MIN_STEPS, train_s - probe.startup_s - final_val_s), 1),
                       probe=probe, cpu=cpu,
                       native_bf16=native_bf16, note=note)
 

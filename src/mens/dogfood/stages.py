@@ -191,7 +191,7 @@ def train_config(ctx: Context, *, data: str = "data", run: str = "run", init_ada
 
 
 def train(ctx: Context, **round_kw) -> str:
-    from mens.dogfood.budget import parse_budget
+    from mens.dogfood.budget import RUN_VAL_SHARE, parse_budget
     from mens.train.run import run_training
 
     tc = train_config(ctx, **round_kw)
@@ -202,14 +202,16 @@ def train(ctx: Context, **round_kw) -> str:
         tc.max_time_s = plan.get("max_time_s") or 0.0  # the budget holds on a machine that slows down mid-run
         # The probe's few steps read a step time 8-19% off the run's own mean on a shared 2-core VM (either way:
         # docs/benchmarks.md), so the run re-fits its length to the time limit as it goes (never past the
-        # recipe's), and validates once, at whatever step it ends.
+        # recipe's), and validates once, at whatever step it ends, on a share of the rows (budget.RUN_VAL_SHARE).
         tc.fit_to_time, tc.eval_every = True, 0
+        tc.fit_max_steps = plan.get("recipe_steps") or 0  # a --max-steps the user gave is the recipe's length
         note = plan["note"]
         budget_note = f"; budget {ctx.cfg.budget}: {note}"
         ctx.log(f"    budget {ctx.cfg.budget}: {note}")
     ctx.log(f"    preset {tc.preset}, backend {tc.backend}, device {tc.device}, "
             f"{'max_steps ' + str(tc.max_steps) if tc.max_steps else 'epochs ' + str(tc.epochs)}")
-    s = run_training(tc)
+    s = run_training(tc, val_share=RUN_VAL_SHARE if plan is not None else 1.0)
+    val_rows = "" if plan is None else f" (every {round(1 / RUN_VAL_SHARE)}th validation row)"
     if plan is not None:
         _estimate_whole_recipe(ctx, plan, Path(tc.output_dir), recipe_eval_every)
     if s.get("stopped_early"):
@@ -218,7 +220,7 @@ def train(ctx: Context, **round_kw) -> str:
         budget_note += (f"; re-fitted to {s['steps']} steps by the run's own step time "
                         f"({s['tokens_per_s']} tokens/s)")
     return (f"{s['steps']} steps, loss {s['first_loss']:.3f} -> {s['final_loss']:.3f}, "
-            f"val loss {s['val_loss'] if s['val_loss'] is None else round(s['val_loss'], 3)}, "
+            f"val loss {s['val_loss'] if s['val_loss'] is None else round(s['val_loss'], 3)}{val_rows}, "
             f"{s['tokens_per_s']} tokens/s{budget_note}")
 
 

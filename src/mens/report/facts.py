@@ -126,9 +126,14 @@ def served_vs_merged(parity: MergeParity) -> dict:
 def training_numbers(files: RunFiles) -> list[tuple[str, str]]:
     """(what, value) rows of how training went: steps, losses, throughput (both kinds, labelled), time, memory."""
     s = files.summary
+    val = num(s.val_loss)
+    last_eval = files.evals[-1] if files.evals else {}
+    read, every = last_eval.get("tokens"), last_eval.get("all_tokens")
+    if s.val_loss is not None and isinstance(read, int) and isinstance(every, int) and read < every:
+        val += f" (on {read:,} of the {every:,} validation tokens)"  # a budgeted run validates on a share
     rows = [("optimizer steps", num(s.steps if "steps" in s.model_fields_set else len(files.steps))),
             ("first / final train loss", f"{num(s.first_loss)} / {num(s.final_loss)}"),
-            ("validation loss (last)", num(s.val_loss))]
+            ("validation loss (last)", val)]
     step_rates = sorted(e["tokens_per_s"] for e in files.steps if isinstance(e.get("tokens_per_s"), (int, float)))
     if step_rates:
         rows.append(("tokens/s in optimizer steps (median)", num(step_rates[len(step_rates) // 2])))

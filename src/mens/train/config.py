@@ -25,8 +25,8 @@ DEVICE_ALIASES = {"best": "auto", "default": "auto", "vulkan": "auto", "dx12": "
                   "gpu": "cuda", "nvidia": "cuda", "metal": "mps"}
 """The original's `--device` spellings (reference §1.2): its Best is mens' auto (CUDA, then MPS, then CPU)."""
 RESUMABLE = ("output_dir", "data", "resume", "preset", "max_steps", "epochs", "max_time_s", "fit_to_time",
-             "save_every", "keep_checkpoints", "eval_every", "log_every_s", "num_threads", "fsdp", "host_memory",
-             "micro_batch")
+             "fit_max_steps", "save_every", "keep_checkpoints", "eval_every", "log_every_s", "num_threads", "fsdp",
+             "host_memory", "micro_batch")
 """Flat keys that may differ when a run is resumed: where it and its data live (the data is compared by content),
 which preset's name it carries (its values are compared key by key), how long it runs, how often it saves and
 evaluates, how the work is split. Every other key must match the run's saved config.yaml."""
@@ -155,6 +155,9 @@ class ScheduleConfig(Section):
     or ending early. The step count then depends on the machine's speed; telemetry (`refit` events) and
     checkpoints record each re-fit, and a resumed run continues the same curve. `mens dogfood --budget` turns
     it on."""
+    fit_max_steps: int = setting(0, ge=0)
+    """With fit_to_time: the most steps a re-fit may reach (0: the epochs' steps, or max_steps when that is
+    longer). `mens dogfood --budget` sets it to the recipe's length, which is max_steps where the user gave it."""
     batch_size: int = setting(4, gt=0)
     """Rows per micro-batch (per process)."""
     grad_accum: int = setting(4, gt=0)

@@ -180,8 +180,8 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
     """Run optimizer steps start_step..plan.total_steps; the data cursor is the step number itself. `micro_rows`:
     rows per forward/backward pass (default cfg.batch_size; larger when mens.train.micro_batch merged passes).
     `val_share` < 1 validates on every k-th validation row only (k = round(1 / val_share)): a run that is timed
-    rather than kept (dogfood's budget probe) learns what a whole pass costs from a part of it; each `eval` event
-    names the tokens it read and those of every validation row.
+    rather than kept (dogfood's budget probe) learns what a whole pass costs from a part of it, and a budgeted run
+    spends a part of the time; each `eval` event names the tokens it read and those of every validation row.
 
     With schedule.fit_to_time and a time limit, the step count is re-fitted as the run goes (`_refit`); `refits`
     is the list the scheduler reads, and gets each (step, new total)."""
@@ -193,8 +193,8 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
     st = LoopState(step=start_step)
     total = plan.total_steps
     fitting = bool(cfg.fit_to_time and cfg.max_time_s) and refits is not None
-    # Never longer than the recipe: the epochs' steps, or max_steps where that is longer.
-    ceiling = max(total, math.ceil(cfg.epochs * plan.steps_per_epoch))
+    # Never longer than the recipe: the epochs' steps, or max_steps where that is longer, or what the caller gave.
+    ceiling = max(total, cfg.fit_max_steps or math.ceil(cfg.epochs * plan.steps_per_epoch))
     next_at = sum(1 for share in REFIT_AT if share * total <= start_step)  # a resumed run: shares already passed
     view = ProgressView(total, start_step, enabled=d.main, every_s=cfg.log_every_s)
     model.train()

@@ -378,7 +378,8 @@ def _summary(cfg, inp: Inputs, st: LoopState, *, run_id, device, world, start_st
 
 def run_training(cfg: TrainConfig, *, val_share: float = 1.0) -> dict:
     """Train and write the run directory; returns the run summary (empty on ranks other than 0). `val_share` < 1:
-    validate on that share of the validation rows only (for a run that is timed, not kept; see train_loop)."""
+    validate on that share of the validation rows only (a run that is timed, or one whose time is budgeted; see
+    train_loop)."""
     import torch
 
     wall0 = time.time()
