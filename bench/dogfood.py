@@ -20,7 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import REPO, machine
+from machine import REPO, commit, machine
+
+from mens.dogfood.budget import POST_TRAIN_STAGES
 
 CONFIRM = REPO / "bench" / "confirm" / "vox_confirm.jsonl"
 
@@ -56,6 +58,18 @@ def _refits(telemetry: Path) -> list[dict]:
             for e in events if e.get("event") == "refit"]
 
 
+def _final_val_pass_s(telemetry: Path) -> float | None:
+    """Seconds of the run's last validation pass: from its last step event to the eval event after it."""
+    if not telemetry.is_file():
+        return None
+    events = [json.loads(line) for line in telemetry.read_text(encoding="utf-8").splitlines() if line.strip()]
+    steps = [e for e in events if e.get("event") == "step"]
+    evals = [e for e in events if e.get("event") == "eval"]
+    if not steps or not evals or evals[-1]["ts_ms"] < steps[-1]["ts_ms"]:
+        return None
+    return round((evals[-1]["ts_ms"] - steps[-1]["ts_ms"]) / 1000, 1)
+
+
 def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
     summary = _json(out_dir / "dogfood_summary.json")
     state = _json(out_dir / "dogfood_state.json")
@@ -63,17 +77,25 @@ def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
     run = Path(summary["run"])
     bench = _json(run / "benchmark_results.json")
     run_summary = _json(run / "run_summary.json")
+    stages = summary["stage_seconds"]
+    run_wall = run_summary.get("wall_time_s")
     return {
-        "bench": "dogfood", **machine(), "quick": quick, "seed": state["config"]["seed"], "command_wall_s": wall_s,
-        "stage_seconds": summary["stage_seconds"], "total_stage_seconds": summary["total_stage_seconds"],
+        "bench": "dogfood", **machine(), "commit": commit(), "quick": quick, "seed": state["config"]["seed"],
+        "command_wall_s": wall_s, "stage_seconds": stages, "total_stage_seconds": summary["total_stage_seconds"],
+        "post_train_s": round(sum(stages.get(name) or 0.0 for name in POST_TRAIN_STAGES), 1),
+        "eval_tuned_mode_seconds": {name: m.get("seconds") for name, m in bench.get("modes", {}).items()},
         "heldout_tasks": split["heldout_tasks"], "training_rows": split["kept"],
         "rows_dropped_as_overlap": split["dropped"],
         "train": {**{k: run_summary.get(k) for k in ("steps", "first_loss", "final_loss", "val_loss", "tokens_per_s",
                                                       "train_time_s", "peak_memory", "stopped_early")},
+                  "run_wall_time_s": run_wall, "final_val_pass_s": _final_val_pass_s(run / "telemetry.jsonl"),
+                  # the train stage less the run itself: the budget's probe (and config, data checks)
+                  "probe_s": round(stages["train"] - run_wall, 1) if stages.get("train") and run_wall else None,
                   "refits": _refits(run / "telemetry.jsonl")},
         "base": summary["base"], "tuned": summary["tuned"], "gain_over_base": summary["gain_over_base"],
         "gate_passed": summary["gate"], "merge_parity": summary.get("merge_parity"),
         "budget": _json(out_dir / "data" / "budget.json") if (out_dir / "data" / "budget.json").is_file() else None,
+        "summary_budget": summary.get("budget"),
         "failures_by_category": bench["metrics"].get("failures_by_category"),
     }
 

@@ -24,8 +24,10 @@ from pathlib import Path
 
 from machine import REPO, machine
 
-RERUN = ("eval-base", "eval-tuned", "gate", "merge", "parity", "card")
-AFTER = RERUN[1:]
+from mens.dogfood.budget import POST_TRAIN_STAGES
+
+RERUN = ("eval-base", *POST_TRAIN_STAGES)
+AFTER = POST_TRAIN_STAGES
 
 
 def rerun(source: Path, work: Path) -> Path:

@@ -58,6 +58,8 @@ the margin that the run's re-fitted length leaves below its time limit as well (
 those stages took 2.31, 2.72 and 3.16 base evals beyond POST_TRAIN_FIXED_S (the last two on a split whose base eval
 was short); the 3.16 was a run reserving 3.0, which ended 29 s inside its 30 minutes, so the reserve stays at 4.0
 (docs/benchmarks.md, "An AVX2-only CPU (Zen 3)")."""
+POST_TRAIN_STAGES = ("eval-tuned", "gate", "merge", "parity", "card")
+"""The stages after training, which the reserve pays for."""
 POST_TRAIN_FIXED_S = 30.0
 """Merge, model card and report, whatever the task count."""
 SAFETY = 0.92

@@ -1,0 +1,45 @@
+"""bench/dogfood.py: a finished dogfood directory becomes a record that says where the budget's time went, read
+from the run's own files (nothing added to a record by hand)."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import dogfood as dogfood_bench  # noqa: E402
+from mens.dogfood.budget import POST_TRAIN_STAGES  # noqa: E402
+
+
+def _write(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+
+
+def test_record_reads_the_post_training_time_the_modes_the_probe_and_the_final_validation(tmp_path):
+    out, run = tmp_path / "df", tmp_path / "df" / "run"
+    stages = {"eval-base": 100.0, "train": 1000.0, "eval-tuned": 150.0, "gate": 0.0, "merge": 3.0, "parity": 80.0,
+              "card": 2.0}
+    _write(out / "dogfood_summary.json", {
+        "run": str(run), "stage_seconds": stages, "total_stage_seconds": 1335.0, "base": {}, "tuned": {},
+        "gain_over_base": 0.9, "gate": True, "budget": {"steps": 133, "recipe_steps": 742}})
+    _write(out / "dogfood_state.json", {"config": {"seed": 1}})
+    _write(out / "data" / "heldout_split.json", {"heldout_tasks": 60, "kept": 2107, "dropped": 0})
+    _write(out / "data" / "budget.json", {"steps": 122})
+    _write(run / "benchmark_results.json", {"metrics": {"failures_by_category": {}},
+                                            "modes": {"greedy": {"seconds": 84.7}, "retry": {"seconds": 99.3}}})
+    _write(run / "run_summary.json", {"steps": 133, "wall_time_s": 940.0})
+    events = [{"event": "train_start", "ts_ms": 0}, {"event": "step", "step": 1, "ts_ms": 5_000},
+              {"event": "refit", "step": 25, "from_total": 122, "to_total": 135, "step_s": 6.9, "elapsed_s": 172.0},
+              {"event": "step", "step": 133, "ts_ms": 900_000}, {"event": "eval", "step": 133, "ts_ms": 915_500}]
+    _write(run / "telemetry.jsonl", "\n".join(json.dumps(e) for e in events) + "\n")
+
+    rec = dogfood_bench.record(out, 1650.0, quick=False)
+    assert POST_TRAIN_STAGES == ("eval-tuned", "gate", "merge", "parity", "card")
+    assert rec["post_train_s"] == 235.0  # 150 + 0 + 3 + 80 + 2: not the base eval, not training
+    assert rec["eval_tuned_mode_seconds"] == {"greedy": 84.7, "retry": 99.3}
+    train = rec["train"]
+    assert train["final_val_pass_s"] == 15.5 and train["run_wall_time_s"] == 940.0 and train["probe_s"] == 60.0
+    assert [r["to_total"] for r in train["refits"]] == [135]
+    assert rec["summary_budget"] == {"steps": 133, "recipe_steps": 742} and rec["budget"] == {"steps": 122}
+    assert rec["seed"] == 1 and rec["command_wall_s"] == 1650.0 and "commit" in rec and rec["cpu"]
