@@ -273,3 +273,54 @@ def test_a_batch_keeps_its_kv_cache_within_its_budget(tiny, monkeypatch):
     assert rows[0] == 3 and max(rows) == 3
     for ids, out in zip(prompts, outs, strict=True):
         assert out.token_ids == _single(model, tok, ids, max_new_tokens=4, stop_ids=set())[0]
+
+
+def test_a_growing_cache_layer_holds_what_a_dynamic_layer_holds():
+    """Written in place with spare capacity rather than concatenated: the same keys and values through a prefill,
+    steps past its capacity, rows leaving the batch and a crop."""
+    from transformers.cache_utils import DynamicLayer
+
+    from mens.model.batch_decode import GROW_TOKENS, _growing_layer_class
+
+    grown, plain = _growing_layer_class()(), DynamicLayer()
+    gen = torch.Generator().manual_seed(0)
+
+    def step(n):
+        k, v = torch.randn(3, 2, n, 4, generator=gen), torch.randn(3, 2, n, 4, generator=gen)
+        a, b = grown.update(k, v), plain.update(k.clone(), v.clone())
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+    assert grown.get_seq_length() == 0
+    step(7)
+    for _ in range(GROW_TOKENS + 10):  # past the first capacity: it grows once, keeping what it held
+        step(1)
+    assert grown.get_seq_length() == plain.get_seq_length() == 7 + GROW_TOKENS + 10
+    rows = torch.tensor([0, 2])
+    grown.batch_select_indices(rows)
+    plain.batch_select_indices(rows)
+    assert torch.equal(grown.keys, plain.keys) and grown.keys.shape[0] == 2
+    grown.crop(-3)
+    plain.crop(-3)
+    assert torch.equal(grown.values, plain.values) and grown.get_seq_length() == plain.get_seq_length()
+    k, v = torch.randn(2, 2, 1, 4, generator=gen), torch.randn(2, 2, 1, 4, generator=gen)
+    assert torch.equal(grown.update(k, v)[0], plain.update(k, v)[0])
+
+
+def test_batches_decode_on_a_growing_cache_with_the_models_own_answers(varied, monkeypatch):
+    """generate_greedy_batch hands the model a cache whose layers grow in place; the answers (ended rows leaving
+    the batch included) are those of the cache the model makes itself."""
+    import mens.model.batch_decode as gen
+
+    model, tok = varied
+    prompts = _prompts(tok)
+    cache = gen.growing_cache(model)
+    assert cache is not None and {type(x).__name__ for x in cache.layers} == {"GrowingLayer"}
+    stop = {_early_stop(model, tok, prompts)}
+    made = []
+    monkeypatch.setattr(gen, "growing_cache", lambda m: made.append(c := cache.__class__(config=m.config)) or c)
+    own = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids=stop, batch_size=16)
+    monkeypatch.undo()
+    grown = generate_greedy_batch(model, tok, prompts, max_new_tokens=12, stop_ids=stop, batch_size=16)
+    assert made and [o.token_ids for o in grown] == [o.token_ids for o in own]
+    assert [o.finish for o in grown] == [o.finish for o in own]
+    assert gen.growing_cache(object()) is None  # no config: the model makes its own
