@@ -122,7 +122,7 @@ def _greedy_chunk(model, tokenizer, prompts: list[list[int]], max_new_tokens: in
     kept: list[list[int]] = [[] for _ in prompts]
     finish: list[str | None] = [None] * len(prompts)
     live = list(range(len(prompts)))  # the prompt index of each row of the batch
-    past = growing_cache(model)  # None: the model makes its own
+    past = None
     for _ in range(max_new_tokens):
         logits, past = _last_logits(model, keep_last, input_ids=ids, attention_mask=mask, position_ids=positions,
                                     past_key_values=past)
@@ -161,98 +161,10 @@ def _drop_ended(past, going: torch.Tensor) -> bool:
 
     layers = getattr(past, "layers", None)
     if type(past) is not DynamicCache or not layers or \
-            not all(type(x) in (DynamicLayer, DynamicSlidingWindowLayer, _growing_layer_class()) for x in layers):
+            not all(type(x) in (DynamicLayer, DynamicSlidingWindowLayer) for x in layers):
         return False
     past.batch_select_indices(going)
     return True
-
-
-GROW_TOKENS = 64
-"""Spare positions a growing cache layer adds beyond what it must hold (and at least half its length)."""
-_GROWING: list = []  # the growing layer class, made on first use (transformers is imported lazily)
-
-
-def _growing_layer_class():
-    """A transformers `DynamicLayer` that writes each step's keys and values into spare capacity instead of
-    concatenating the whole cache again.
-
-    Why by hand: `DynamicLayer.update` concatenates, so every decoding step copies every layer's cache. For a batch
-    of 60 answers at 300 tokens of SmolLM2-135M that is about 0.6 GB a step; writing in place gives the same keys
-    and values (the same answers) and took dogfood's base evaluation 8% less time on 2 Zen 3 cores
-    (docs/benchmarks.md, "A KV cache that grows in place"). Rows are selected (`batch_select_indices`) and the cache
-    cropped as DynamicLayer's are, so ended answers still leave the batch."""
-    if _GROWING:
-        return _GROWING[0]
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):
-        def lazy_initialization(self, key_states, value_states):
-            super().lazy_initialization(key_states, value_states)
-            self._k = self._v = None
-            self._n = 0
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            n, add = self._n, key_states.shape[-2]
-            if self._k is None or n + add > self._k.shape[-2] or self._k.shape[0] != key_states.shape[0]:
-                capacity = n + add + max(GROW_TOKENS, (n + add) // 2)
-                batch, heads, _, dim = key_states.shape
-                k = key_states.new_empty(batch, heads, capacity, dim)
-                v = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
-                if n:
-                    k[:, :, :n].copy_(self._k[:, :, :n])
-                    v[:, :, :n].copy_(self._v[:, :, :n])
-                self._k, self._v = k, v
-            self._k[:, :, n : n + add].copy_(key_states)
-            self._v[:, :, n : n + add].copy_(value_states)
-            self._n = n + add
-            self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return self._n if self.is_initialized else 0
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            if self.is_initialized and self._n:
-                self._k, self._v = self._k[indices], self._v[indices]
-                self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
-
-        def crop(self, tokens_to_remove: int) -> None:
-            if tokens_to_remove > 0:
-                raise ValueError(f"crop({tokens_to_remove}): give the tokens to remove as a negative number")
-            if tokens_to_remove and self.is_initialized:
-                self._n = max(0, self._n + tokens_to_remove)
-                self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
-
-        def reset(self) -> None:
-            self._k = self._v = None
-            self._n = 0
-            super().reset()
-
-    _GROWING.append(GrowingLayer)
-    return GrowingLayer
-
-
-def growing_cache(model):
-    """The DynamicCache transformers would make for `model`, with its full-attention layers growing in place
-    (`_growing_layer_class`; sliding-window layers stay transformers' own). None where the config does not give the
-    layers or any layer holds other state (linear attention, recurrent): the model then makes its own cache."""
-    try:
-        from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
-    except ImportError:
-        return None
-    config = getattr(model, "config", None)
-    try:
-        cache = DynamicCache(config=config) if config is not None else None
-    except (TypeError, ValueError, AttributeError, KeyError):
-        return None
-    if cache is None or not cache.layers or \
-            not all(type(x) in (DynamicLayer, DynamicSlidingWindowLayer) for x in cache.layers):
-        return None
-    growing = _growing_layer_class()
-    cache.layers = [growing() if type(x) is DynamicLayer else x for x in cache.layers]
-    return cache
 
 
 def _push(kept: list[int], token: int, tokenizer, stop_ids: set[int], stop_text: Callable[[str], bool] | None
