@@ -23,6 +23,7 @@ from pathlib import Path
 from machine import REPO, commit, machine
 
 from mens.dogfood.budget import POST_TRAIN_STAGES
+from mens.train.telemetry import read_events
 
 CONFIRM = REPO / "bench" / "confirm" / "vox_confirm.jsonl"
 
@@ -49,20 +50,14 @@ def confirm(out_dir: Path, env: dict) -> dict:
             "failures_by_category": m.get("failures_by_category")}
 
 
-def _refits(telemetry: Path) -> list[dict]:
+def _refits(events: list[dict]) -> list[dict]:
     """A time-fitted run's re-fits of its step count (schedule.fit_to_time), from its telemetry."""
-    if not telemetry.is_file():
-        return []
-    events = (json.loads(line) for line in telemetry.read_text(encoding="utf-8").splitlines() if line.strip())
     return [{k: e.get(k) for k in ("step", "from_total", "to_total", "step_s", "elapsed_s")}
             for e in events if e.get("event") == "refit"]
 
 
-def _final_val_pass_s(telemetry: Path) -> float | None:
+def _final_val_pass_s(events: list[dict]) -> float | None:
     """Seconds of the run's last validation pass: from its last step event to the eval event after it."""
-    if not telemetry.is_file():
-        return None
-    events = [json.loads(line) for line in telemetry.read_text(encoding="utf-8").splitlines() if line.strip()]
     steps = [e for e in events if e.get("event") == "step"]
     evals = [e for e in events if e.get("event") == "eval"]
     if not steps or not evals or evals[-1]["ts_ms"] < steps[-1]["ts_ms"]:
@@ -79,6 +74,7 @@ def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
     run_summary = _json(run / "run_summary.json")
     stages = summary["stage_seconds"]
     run_wall = run_summary.get("wall_time_s")
+    events = read_events(run)
     return {
         "bench": "dogfood", **machine(), "commit": commit(), "quick": quick, "seed": state["config"]["seed"],
         "command_wall_s": wall_s, "stage_seconds": stages, "total_stage_seconds": summary["total_stage_seconds"],
@@ -88,10 +84,10 @@ def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
         "rows_dropped_as_overlap": split["dropped"],
         "train": {**{k: run_summary.get(k) for k in ("steps", "first_loss", "final_loss", "val_loss", "tokens_per_s",
                                                       "train_time_s", "peak_memory", "stopped_early")},
-                  "run_wall_time_s": run_wall, "final_val_pass_s": _final_val_pass_s(run / "telemetry.jsonl"),
+                  "run_wall_time_s": run_wall, "final_val_pass_s": _final_val_pass_s(events),
                   # the train stage less the run itself: the budget's probe (and config, data checks)
                   "probe_s": round(stages["train"] - run_wall, 1) if stages.get("train") and run_wall else None,
-                  "refits": _refits(run / "telemetry.jsonl")},
+                  "refits": _refits(events)},
         "base": summary["base"], "tuned": summary["tuned"], "gain_over_base": summary["gain_over_base"],
         "gate_passed": summary["gate"], "merge_parity": summary.get("merge_parity"),
         "budget": _json(out_dir / "data" / "budget.json") if (out_dir / "data" / "budget.json").is_file() else None,

@@ -22,12 +22,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from machine import REPO, machine
+from machine import REPO, commit, machine
 
-from mens.dogfood.budget import POST_TRAIN_STAGES
+from mens.dogfood.budget import POST_TRAIN_FACTOR, POST_TRAIN_FIXED_S, POST_TRAIN_STAGES, post_train_reserve
 
 RERUN = ("eval-base", *POST_TRAIN_STAGES)
-AFTER = POST_TRAIN_STAGES
 
 
 def rerun(source: Path, work: Path) -> Path:
@@ -50,15 +49,13 @@ def rerun(source: Path, work: Path) -> Path:
 
 
 def row(copy: Path, source: Path | None) -> dict:
-    from mens.dogfood.budget import POST_TRAIN_FIXED_S, post_train_reserve
-
     state = json.loads((copy / "dogfood_state.json").read_text(encoding="utf-8"))
     stages = state["stages"]
     missing = [s for s in RERUN if stages.get(s, {}).get("status") != "done"]
     if missing:
         sys.exit(f"{copy}: stages {missing} did not finish; re-run it")
     seconds = {s: stages[s]["seconds"] for s in RERUN}
-    base, after = seconds["eval-base"], sum(seconds[s] for s in AFTER)
+    base, after = seconds["eval-base"], sum(seconds[s] for s in POST_TRAIN_STAGES)
     summary = json.loads((copy / "run" / "run_summary.json").read_text(encoding="utf-8"))
     reserve = post_train_reserve(base)
     return {"run": str(copy), "source": str(source) if source else None, "seed": state["config"]["seed"],
@@ -80,17 +77,13 @@ def main() -> None:
     ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/post-train-stages-<host>.json).")
     args = ap.parse_args()
 
-    from mens.dogfood.budget import POST_TRAIN_FACTOR, POST_TRAIN_FIXED_S
-
     rows = []
     for d in args.from_dir:
         rows.append(row(d, None) if args.collect else row(rerun(d, args.work), d))
         print(json.dumps({k: rows[-1][k] for k in ("run", "stage_seconds", "base_evals_beyond_fixed",
                                                    "reserve_held")}), flush=True)
-    commit = args.commit or subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                                           capture_output=True, text=True).stdout.strip()
     where = machine()
-    record = {"bench": "post_train_stages", "machine": where, "commit": commit, "note": args.note,
+    record = {"bench": "post_train_stages", "machine": where, "commit": args.commit or commit(), "note": args.note,
               "post_train_factor": POST_TRAIN_FACTOR, "post_train_fixed_s": POST_TRAIN_FIXED_S, "runs": rows,
               "max_base_evals_beyond_fixed": max(r["base_evals_beyond_fixed"] for r in rows),
               "all_held": all(r["reserve_held"] for r in rows)}
