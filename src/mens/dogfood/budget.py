@@ -35,29 +35,29 @@ from mens.run_records import write_json
 
 PROBE_STEPS = 4
 """Optimizer steps the probe trains; the first is not timed (allocation, first-call kernels)."""
-PROBE_VAL_SHARE = 0.25
-"""Share of the validation rows the probe's validation pass reads (every fourth row); the whole pass is that time
-scaled by the tokens of every row. A whole pass cost the probe 55-58 s (9-10 steps) on 2 Zen 3 cores, and the
-budget then paid for it twice (probe and run)."""
-RUN_VAL_SHARE = PROBE_VAL_SHARE
-"""Share of the validation rows a budgeted run's final pass reads (the probe's rows: every fourth). Dogfood decides
+PROBE_VAL_SHARE = 1 / 16
+"""Share of the validation rows the probe's validation pass reads (every sixteenth row, a quarter of the run's
+final pass: RUN_VAL_SHARE); the whole pass is that time scaled by the tokens of every row. A whole pass cost the
+probe 55-58 s (9-10 steps) on 2 Zen 3 cores; over every fourth row the scaled time came within 2-6% of the whole
+pass the run then took, and the part still took 12-16 s there. Every sixteenth row leaves about 11 s more of it to
+training."""
+RUN_VAL_SHARE = 0.25
+"""Share of the validation rows a budgeted run's final pass reads (every fourth row). Dogfood decides
 nothing on the validation loss, and the whole pass took 46-62 s, 7-9 steps, of a 30-minute budget on 2 Zen 3 cores
 (bench/results/dogfood-budget30-avx2-zen3-*.json); a quarter of it leaves those steps to training. The loss is then
 over the same rows in every budgeted run, not over all of them; `--budget none` validates on every row."""
-POST_TRAIN_FACTOR = 4.0
-"""The stages after training against the base model's greedy evaluation (same tasks, same token budget). Both
-decode in batches whose ended answers leave the batch, which made the base eval (long answers that all run to the
-token budget) 2.0x faster and the tuned eval's three modes 1.4x (bench/results/eval-batch-avx2cap-f32-vm.json): the
-stages after training of the current recipe's models (tuned eval, merge, parity by teacher forcing, card) then took
-1.9-2.0 base evals in dogfood on the f32 path (dogfood-budget30-avx2cap-batch-seed*-vm.json); the benchmark's
-model's tuned eval alone took 1.7 (59.1 against 34.9 s), about 2.7 with parity and merge. 4.0 leaves 1.3 more for a
-weaker model (more failures to retry and constrain, one at a time). A much weaker one (7-10 unparsed answers of 60,
-as from 27% of the recipe on an AVX2-only CPU: 3.0-3.55 base evals before batches dropped ended answers) may use
-the margin that the run's re-fitted length leaves below its time limit as well (mens.train.schedule.REFIT_TARGET:
-3% of the training time, about a base eval). On an AVX2-only Zen 3, where the budget trains 16-23% of the recipe,
-those stages took 2.31, 2.72 and 3.16 base evals beyond POST_TRAIN_FIXED_S (the last two on a split whose base eval
-was short); the 3.16 was a run reserving 3.0, which ended 29 s inside its 30 minutes, so the reserve stays at 4.0
-(docs/benchmarks.md, "An AVX2-only CPU (Zen 3)")."""
+POST_TRAIN_FACTOR = 3.5
+"""The stages after training against the base model's greedy evaluation (same tasks, same token budget), beyond
+POST_TRAIN_FIXED_S. Both decode in batches whose ended answers leave the batch. In dogfood the stages after training
+took 1.1-2.4 base evals on CPUs with native bf16 and on the f32 path capped to AVX2
+(bench/results/dogfood-budget30-bf16-*.json, -avx2cap-*.json), and 1.8-3.2 on an AVX2-only Zen 3, where the budget
+trains 16-23% of the recipe and the tuned model fails most (-avx2-zen3-*.json; 2.18-2.80 once the constrained mode
+repaired only the drafts its constraint refuses). Re-run one at a time from three of the weakest models trained
+there, they took 2.13, 2.26 and 3.33 (post-train-stages-avx2-zen3-vm.json). 3.5 covers the largest. What the reserve
+leaves over goes unused at the end of the command (144-196 s of a 4.0 reserve on that Zen 3); stages that run past
+it may still use the margin that the run's re-fitted length leaves below its time limit
+(mens.train.schedule.REFIT_TARGET: 3% of the training time, about 33 s there). At 3.0 the 3.33 model would have
+needed nearly all of that margin (docs/benchmarks.md, "An AVX2-only CPU (Zen 3)")."""
 POST_TRAIN_STAGES = ("eval-tuned", "gate", "merge", "parity", "card")
 """The stages after training, which the reserve pays for."""
 POST_TRAIN_FIXED_S = 30.0
