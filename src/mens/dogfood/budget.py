@@ -38,9 +38,9 @@ PROBE_STEPS = 4
 PROBE_VAL_SHARE = 1 / 16
 """Share of the validation rows the probe's validation pass reads (every sixteenth row, a quarter of the run's
 final pass: RUN_VAL_SHARE); the whole pass is that time scaled by the tokens of every row. A whole pass cost the
-probe 55-58 s (9-10 steps) on 2 Zen 3 cores; over every fourth row the scaled time came within 2-6% of the whole
-pass the run then took, and the part still took 12-16 s there. Every sixteenth row leaves about 11 s more of it to
-training."""
+probe 55-58 s (9-10 steps) on 2 Zen 3 cores, and over every fourth row the part still took 12-16 s there. Over
+every sixteenth the probe took 43-45 s in all against 50-59 s, and its scaled time priced the run's final pass
+at 14.1-14.4 s where that pass took 11.0-16.4 s (dogfood-budget30-avx2-zen3-reserve35-*.json)."""
 RUN_VAL_SHARE = 0.25
 """Share of the validation rows a budgeted run's final pass reads (every fourth row). Dogfood decides
 nothing on the validation loss, and the whole pass took 46-62 s, 7-9 steps, of a 30-minute budget on 2 Zen 3 cores
@@ -53,9 +53,10 @@ took 1.1-2.4 base evals on CPUs with native bf16 and on the f32 path capped to A
 (bench/results/dogfood-budget30-bf16-*.json, -avx2cap-*.json), and 1.8-3.2 on an AVX2-only Zen 3, where the budget
 trains 16-23% of the recipe and the tuned model fails most (-avx2-zen3-*.json; 2.18-2.80 once the constrained mode
 repaired only the drafts its constraint refuses). Re-run one at a time from three of the weakest models trained
-there, they took 2.13, 2.26 and 3.33 (post-train-stages-avx2-zen3-vm.json). 3.5 covers the largest. What the reserve
-leaves over goes unused at the end of the command (144-196 s of a 4.0 reserve on that Zen 3); stages that run past
-it may still use the margin that the run's re-fitted length leaves below its time limit
+there, they took 2.13, 2.26 and 3.33 (post-train-stages-avx2-zen3-vm.json). 3.5 covers the largest; three dogfood
+runs reserving 3.5 there used 3.28, 2.44 and 2.58 and ended 61-147 s inside the budget (-reserve35-*.json). What
+the reserve leaves over goes unused at the end of the command (144-196 s of a 4.0 reserve on that Zen 3); stages
+that run past it may still use the margin that the run's re-fitted length leaves below its time limit
 (mens.train.schedule.REFIT_TARGET: 3% of the training time, about 33 s there). At 3.0 the 3.33 model would have
 needed nearly all of that margin (docs/benchmarks.md, "An AVX2-only CPU (Zen 3)")."""
 POST_TRAIN_STAGES = ("eval-tuned", "gate", "merge", "parity", "card")
