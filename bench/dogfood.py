@@ -5,7 +5,7 @@ bench/results/dogfood-<host>.json: stage seconds, base vs tuned parse rate and p
 gate verdict, merge/serve parity, and the machine. With --confirm it also has the tuned run answer the
 confirmation split (bench/confirm: 60 tasks no recipe or data choice was ever tuned on, greedy, as eval-tuned does)
 and records that beside the held-out numbers: a gain on the held-out split alone can be a product of having read its
-failures. Run: `python bench/dogfood.py [--quick] [--seed N] [--confirm] [--from-dir D]`.
+failures. Run: `python bench/dogfood.py [--quick] [--seed N] [--confirm] [--from-dir D [--wall-s S]] [--note TEXT]`.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _final_val_pass_s(events: list[dict]) -> float | None:
     return round((evals[-1]["ts_ms"] - steps[-1]["ts_ms"]) / 1000, 1)
 
 
-def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
+def record(out_dir: Path, wall_s: float | None, quick: bool, note: str | None = None) -> dict:
     summary = _json(out_dir / "dogfood_summary.json")
     state = _json(out_dir / "dogfood_state.json")
     split = _json(out_dir / "data" / "heldout_split.json")
@@ -75,9 +75,14 @@ def record(out_dir: Path, wall_s: float | None, quick: bool) -> dict:
     stages = summary["stage_seconds"]
     run_wall = run_summary.get("wall_time_s")
     events = read_events(run)
+    session = summary.get("wall_time_s_this_session")
     return {
         "bench": "dogfood", **machine(), "commit": commit(), "quick": quick, "seed": state["config"]["seed"],
-        "command_wall_s": wall_s, "stage_seconds": stages, "total_stage_seconds": summary["total_stage_seconds"],
+        **({"note": note} if note else {}),
+        "command_wall_s": wall_s,
+        # the command's time outside mens' own stages: building or checking the venv, and starting the CLI
+        "setup_s": round(wall_s - session, 1) if wall_s is not None and session is not None else None,
+        "stage_seconds": stages, "total_stage_seconds": summary["total_stage_seconds"],
         "post_train_s": round(sum(stages.get(name) or 0.0 for name in POST_TRAIN_STAGES), 1),
         "eval_tuned_mode_seconds": {name: m.get("seconds") for name, m in bench.get("modes", {}).items()},
         "heldout_tasks": split["heldout_tasks"], "training_rows": split["kept"],
@@ -105,8 +110,13 @@ def main() -> None:
     ap.add_argument("--confirm", action="store_true", help="Also evaluate the tuned run on the confirmation split.")
     ap.add_argument("--budget", help="Passed to `mens dogfood --budget` (e.g. 30m).")
     ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/dogfood[-quick]-<host>.json).")
+    ap.add_argument("--wall-s", type=float, help="With --from-dir: the command's wall time, timed by whoever ran it "
+                    "(`scripts/mens dogfood` from the start, venv build included).")
+    ap.add_argument("--note", help="What the record is for (the change it measures, how it was run).")
     args = ap.parse_args()
-    wall = None
+    if args.wall_s is not None and not args.from_dir:
+        ap.error("--wall-s goes with --from-dir: a run this script starts is timed here")
+    wall = args.wall_s
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if args.from_dir:
         out_dir = args.from_dir
@@ -117,7 +127,7 @@ def main() -> None:
                         *(["--quick"] if args.quick else []), *(["--budget", args.budget] if args.budget else [])],
                        check=True, env=env)
         wall = round(time.time() - t0, 1)
-    result = record(out_dir, wall, args.quick)
+    result = record(out_dir, wall, args.quick, args.note)
     if args.confirm:
         result["confirm"] = confirm(out_dir, env)
     name = f"dogfood{'-quick' if args.quick else ''}-{socket.gethostname()}.json"

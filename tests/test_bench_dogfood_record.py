@@ -21,7 +21,8 @@ def test_record_reads_the_post_training_time_the_modes_the_probe_and_the_final_v
     stages = {"eval-base": 100.0, "train": 1000.0, "eval-tuned": 150.0, "gate": 0.0, "merge": 3.0, "parity": 80.0,
               "card": 2.0}
     _write(out / "dogfood_summary.json", {
-        "run": str(run), "stage_seconds": stages, "total_stage_seconds": 1335.0, "base": {}, "tuned": {},
+        "run": str(run), "stage_seconds": stages, "total_stage_seconds": 1335.0, "wall_time_s_this_session": 1530.0,
+        "base": {}, "tuned": {},
         "gain_over_base": 0.9, "gate": True, "budget": {"steps": 133, "recipe_steps": 742}})
     _write(out / "dogfood_state.json", {"config": {"seed": 1}})
     _write(out / "data" / "heldout_split.json", {"heldout_tasks": 60, "kept": 2107, "dropped": 0})
@@ -34,7 +35,7 @@ def test_record_reads_the_post_training_time_the_modes_the_probe_and_the_final_v
               {"event": "step", "step": 133, "ts_ms": 900_000}, {"event": "eval", "step": 133, "ts_ms": 915_500}]
     _write(run / "telemetry.jsonl", "\n".join(json.dumps(e) for e in events) + "\n")
 
-    rec = dogfood_bench.record(out, 1650.0, quick=False)
+    rec = dogfood_bench.record(out, 1650.0, quick=False, note="what it measures")
     assert POST_TRAIN_STAGES == ("eval-tuned", "gate", "merge", "parity", "card")
     assert rec["post_train_s"] == 235.0  # 150 + 0 + 3 + 80 + 2: not the base eval, not training
     assert rec["eval_tuned_mode_seconds"] == {"greedy": 84.7, "retry": 99.3}
@@ -43,3 +44,6 @@ def test_record_reads_the_post_training_time_the_modes_the_probe_and_the_final_v
     assert [r["to_total"] for r in train["refits"]] == [135]
     assert rec["summary_budget"] == {"steps": 133, "recipe_steps": 742} and rec["budget"] == {"steps": 122}
     assert rec["seed"] == 1 and rec["command_wall_s"] == 1650.0 and "commit" in rec and rec["cpu"]
+    assert rec["setup_s"] == 120.0 and rec["note"] == "what it measures"  # 1650 - 1530: the venv and the CLI's start
+    assert dogfood_bench.record(out, None, quick=False)["setup_s"] is None and "note" not in dogfood_bench.record(
+        out, None, quick=False)
