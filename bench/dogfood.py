@@ -116,7 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.wall_s is not None and not args.from_dir:
         ap.error("--wall-s goes with --from-dir: a run this script starts is timed here")
-    wall = args.wall_s
+    wall = None if args.wall_s is None else round(args.wall_s, 1)  # as a run this script times
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if args.from_dir:
         out_dir = args.from_dir
