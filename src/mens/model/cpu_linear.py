@@ -2,10 +2,10 @@
 
 A decoding step multiplies a handful of rows (the answers still going) by every weight matrix. torch sends an
 f32 `x @ W^T` to its BLAS (MKL in the PyPI wheels), which is fast for the hundreds of rows of a training step but
-repacks the weight on every call; for a few rows that repacking is most of the work. oneDNN, inside torch, takes a
-weight packed once (`torch.ops.mkldnn._reorder_linear_weight`, the kernel torch.compile's CPU freezing uses) and
-skips it. Written here rather than taken from torch.compile because compiling with freezing costs more than a
-held-out eval takes. Measured in `bench/cpu_decode_kernels.py`.
+packs the weight into its own layout inside every call, as GEMM libraries do. oneDNN, inside torch, takes a weight
+packed once (`torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's CPU freezing uses). Written here
+because that freezing packs only a compiled model, and eval and `mens serve` run the model eagerly. Measured by
+`bench/cpu_decode_kernels.py` (docs/benchmarks.md, "Packed weights for CPU decoding").
 
 Only inference sees it: `load_for_inference` packs models on CPU with f32 weights. A call with gradients enabled,
 or with input of another dtype, takes the layer's own path. LoRA's own small layers (`lora_A`, `lora_B`) are
@@ -63,7 +63,7 @@ def pack_linears(model: torch.nn.Module) -> int:
 
 def _pack(layer: torch.nn.Linear) -> None:
     layer._mens_packed_weight = torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach(), PACK_ROWS_HINT)
-    layer._mens_packed_version = layer.weight._version  # changed by any in-place write (a merge): pack again
+    layer._mens_packed_version = layer.weight._version  # changed by any in-place write (a merge): repack
 
 
 def _packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
