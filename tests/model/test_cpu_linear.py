@@ -56,13 +56,19 @@ def test_gradients_take_the_layers_own_path():
 
 
 @needs_onednn
-def test_an_in_place_change_of_the_weight_is_seen():
+def test_a_changed_or_replaced_weight_is_seen():
     model, _ = build_tiny_chat_lm("llama")
     cpu_linear.pack_linears(model)
     layer = model.model.layers[0].mlp.down_proj
     x = torch.randn(3, layer.in_features)
     with torch.no_grad():
         layer.weight.mul_(2.0)  # what merging an adapter into the base does
+        assert torch.allclose(layer(x), torch.nn.functional.linear(x, layer.weight), atol=1e-5)
+        other = torch.nn.Parameter(torch.randn_like(layer.weight))
+        while other._version < layer.weight._version:
+            other.add_(0.0)
+        assert other._version == layer.weight._version  # a new tensor at the same version: only its place differs
+        layer.weight = other
         assert torch.allclose(layer(x), torch.nn.functional.linear(x, layer.weight), atol=1e-5)
 
 

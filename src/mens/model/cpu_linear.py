@@ -63,14 +63,20 @@ def pack_linears(model: torch.nn.Module) -> int:
 
 def _pack(layer: torch.nn.Linear) -> None:
     layer._mens_packed_weight = torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach(), PACK_ROWS_HINT)
-    layer._mens_packed_version = layer.weight._version  # changed by any in-place write (a merge): repack
+    layer._mens_packed_of = _state(layer.weight)
+
+
+def _state(weight: torch.Tensor) -> tuple[int, int]:
+    """Where the weight's data lives and its version (moved by any in-place write, such as a merge): when either
+    changes, the packed copy is stale."""
+    return weight.data_ptr(), weight._version
 
 
 def _packed_forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if x.dtype != torch.float32 or x.device.type != "cpu" or \
             (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
         return type(self).forward(self, x)  # the layer's own path: gradients, other dtypes
-    if self.weight._version != self._mens_packed_version:
+    if _state(self.weight) != self._mens_packed_of:
         _pack(self)
     bias = None if self.bias is None else self.bias.detach()
     rows = x.reshape(-1, x.shape[-1]).contiguous()
