@@ -98,6 +98,9 @@ def serve(
     api_key_file: Path | None = typer.Option(None, "--api-key-file", help="Read the API key from this file."),
     max_tokens_limit: int = typer.Option(2048, "--max-tokens-limit", min=1),
     max_queue: int = typer.Option(32, "--max-queue", min=1, help="Requests that may wait; more get 503."),
+    max_batch: int = typer.Option(8, "--max-batch", min=1,
+                                  help="Unconstrained requests decoded together, one model step for all of them; "
+                                       "1 answers one request at a time."),
     request_timeout_s: float = typer.Option(300.0, "--request-timeout-s", min=1.0,
                                             help="Longest a request may take, queue included; an answer still "
                                                  "generating then ends with finish_reason 'length'."),
@@ -118,7 +121,7 @@ def serve(
     if warning:
         typer.echo(f"warning: {warning}", err=True)
     lang = get_language(constrained) if constrained else None
-    engine = HFEngine(load_for_inference(path, device=device), lang)
+    engine = HFEngine(load_for_inference(path, device=device), lang, max_batch=max_batch)
     app = create_app(engine, api_key=key, max_tokens_limit=max_tokens_limit, max_queue=max_queue,
                      request_timeout_s=request_timeout_s, constrained_default=lang is not None)
     typer.echo(f"serving {engine.model_id} on http://{host}:{port} (OpenAI: /v1, Ollama: /api)")

@@ -4,6 +4,8 @@
 The real engine is `mens.model.hf_engine.HFEngine`; test doubles implement `stream` and take `generate_batch` from
 `SequentialBatch`. This module imports no torch, so the HTTP app and the bench runner load without it.
 `context_length` and `count_tokens` are optional: an engine without them gets no prompt-length check in the server.
+So are `max_batch` (int) and `batchable(request) -> bool`: an engine with both lets the server run up to `max_batch`
+batchable requests' `stream`s at once (each from its own worker thread); without them it streams one at a time.
 """
 
 from __future__ import annotations

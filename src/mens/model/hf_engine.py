@@ -1,6 +1,7 @@
 """The real engine: a loaded Hugging Face model (run or merged directory) behind the `Engine` protocol.
 
-`stream` decodes one answer token by token (what the server sends). `generate_batch` (what evaluation asks for)
+`stream` decodes one answer token by token (what the server sends; with `max_batch` > 1, concurrent unconstrained
+answers share each model step, `mens.model.batch_stream`). `generate_batch` (what evaluation asks for)
 gives the same answers for less work: unconstrained answers, greedy or seeded, are decoded in left-padded batches
 (`generate_greedy_batch`; an answer that has ended leaves the batch); greedy answers are
 kept, so a later batch asking for the same prompt and budget (the next decoding mode) reuses them; a constrained
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from mens.model.batch_decode import BatchOutput, generate_greedy_batch, greedy_reproduces
+from mens.model.batch_stream import BatchStreamer
 from mens.model.constraint import language_constraint
 from mens.model.engine import GenerationRequest, Progress, Usage
 from mens.model.generate import chat_input_ids, code_block_closed, constraint_accepts, stream_tokens
@@ -40,12 +42,17 @@ GreedyKey = tuple[tuple[int, ...], int, bool]
 
 
 class HFEngine:
-    def __init__(self, loaded: LoadedModel, language: Language | None = None, *, batch_size: int = BATCH_SIZE):
+    def __init__(self, loaded: LoadedModel, language: Language | None = None, *, batch_size: int = BATCH_SIZE,
+                 max_batch: int = 1):
+        """`batch_size`: answers `generate_batch` decodes together. `max_batch` > 1: concurrent `stream` calls
+        whose requests are `batchable` are decoded together, up to that many (`mens serve --max-batch`)."""
         self.loaded = loaded
         self.model_id = loaded.model_id
         self.language = language
         self.constrained_language = language.name if language is not None else None
         self.batch_size = batch_size
+        self.max_batch = max(1, max_batch)
+        self._streamer = BatchStreamer(loaded.model, loaded.tokenizer, self.max_batch) if max_batch > 1 else None
         self._greedy: dict[GreedyKey, BatchOutput] = {}
         """Greedy answers decoded by `generate_batch`, kept for later batches (an evaluation asks for the same
         greedy answers in each decoding mode). `stream` neither reads nor fills it."""
@@ -75,7 +82,24 @@ class HFEngine:
         temperature = 0.0 if request.temperature < MIN_TEMPERATURE else request.temperature
         return temperature, max(request.top_p, MIN_TOP_P)
 
+    def batchable(self, request: GenerationRequest) -> bool:
+        """Whether `stream` decodes `request` in a batch with other concurrent ones: batching is on and the
+        request is unconstrained with a prompt (constrained decoding searches each answer on its own)."""
+        return self._streamer is not None and not self._constrains(request) and bool(self.prompt_ids(request))
+
     def stream(self, request: GenerationRequest, usage: Usage) -> Iterator[str]:
+        if self._streamer is not None and self.batchable(request):
+            ids = self.prompt_ids(request)
+            usage.prompt_tokens = len(ids)
+            temperature, top_p = self._sampling(request)
+
+            def count(_token: int) -> None:
+                usage.completion_tokens += 1
+
+            return self._streamer.stream(ids, max_new_tokens=request.max_tokens, temperature=temperature,
+                                         top_p=top_p, seed=request.seed, on_token=count,
+                                         should_stop=request.cancelled.is_set,
+                                         stop_text=code_block_closed if request.stop_at_closed_block else None)
         return self._stream(request, usage)
 
     def _stream(self, request: GenerationRequest, usage: Usage, draft: list[int] | None = None) -> Iterator[str]:

@@ -1,10 +1,15 @@
-"""One generation at a time over a shared engine, with a bounded queue and a bounded time per request.
+"""Generations over a shared engine in arrival order, with a bounded queue and a bounded time per request.
+
+A request holds the engine alone, or shares it with up to `engine.max_batch` others when the engine batches them
+(`engine.batchable` for every generation of the request; `mens.model.batch_stream`); an engine without those
+attributes is held by one request at a time. Admission is first come, first served: a request that needs the
+engine alone waits for the sharing ones before it, and the requests after it wait for it.
 
 A request is admitted only while fewer than `max_queue` others wait (else 503 at once), then waits for
 the engine. While it waits and while it generates, it is dropped as soon as its client disconnects, its
-deadline (`request_timeout_s` from arrival) passes, or shutdown begins. A `Job` owns the engine from
+deadline (`request_timeout_s` from arrival) passes, or shutdown begins. A `Job` holds its place on the engine from
 `Scheduler.start` until `Job.close`, which stops the engine's token loop (closing its generator) and
-frees the engine; `close` is synchronous, so it runs even in a cancelled task.
+frees its place; `close` is synchronous, so it runs even in a cancelled task.
 
 A request that asks for several answers (OpenAI's `n`, a completion with several prompts) is one Job over a list
 of generations run one after another: it queues once, holds the engine until its last answer, and shares
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -40,17 +46,79 @@ WATCH_S = 0.25
 _END = object()
 
 
+class Gate:
+    """First-come admission to the engine: one holder alone, or up to `capacity` holders that share it.
+
+    A waiter is granted in arrival order only; one that cannot enter yet (it needs the engine alone, or the sharing
+    places are full) holds back everyone behind it, so a request alone is never starved by a stream of sharing ones.
+    """
+
+    def __init__(self, capacity: int = 1):
+        self.capacity = max(1, capacity)
+        self.shared = 0
+        self.alone = False
+        self._waiters: deque[tuple[asyncio.Future, bool]] = deque()
+
+    @property
+    def held(self) -> bool:
+        return self.alone or self.shared > 0
+
+    def acquire(self, shared: bool) -> asyncio.Future:
+        """A future that is done once the caller holds a place (`shared`) or the engine alone."""
+        grant = asyncio.get_running_loop().create_future()
+        self._waiters.append((grant, shared))
+        self._admit()
+        return grant
+
+    def release(self, shared: bool) -> None:
+        if shared:
+            self.shared -= 1
+        else:
+            self.alone = False
+        self._admit()
+
+    def give_up(self, grant: asyncio.Future, shared: bool) -> None:
+        """The waiter of `grant` leaves: its place goes back if it was granted meanwhile."""
+        if grant.done() and not grant.cancelled():
+            self.release(shared)
+        else:
+            grant.cancel()
+            self._admit()  # a waiter at the head that left no longer holds back the ones behind it
+
+    def _admit(self) -> None:
+        while self._waiters:
+            grant, shared = self._waiters[0]
+            if grant.done():  # given up
+                self._waiters.popleft()
+                continue
+            fits = not self.alone and (self.shared < self.capacity if shared else self.shared == 0)
+            if not fits:
+                return
+            self._waiters.popleft()
+            if shared:
+                self.shared += 1
+            else:
+                self.alone = True
+            grant.set_result(None)
+
+
 class Scheduler:
     def __init__(self, engine: Engine, *, max_queue: int = 32, request_timeout_s: float | None = 300.0):
         self.engine, self.max_queue, self.request_timeout_s = engine, max_queue, request_timeout_s
         self.waiting = 0
         self.stop_at: float | None = None
         """Monotonic time at which answers in flight stop; set when shutdown begins."""
-        self._lock = asyncio.Lock()
+        self._gate = Gate(getattr(engine, "max_batch", 1))
 
     @property
     def busy(self) -> bool:
-        return self._lock.locked()
+        """Whether any request holds the engine."""
+        return self._gate.held
+
+    def shares(self, reqs: list[GenerationRequest]) -> bool:
+        """Whether these generations may run beside other requests' (the engine batches every one of them)."""
+        batchable = getattr(self.engine, "batchable", None)
+        return self._gate.capacity > 1 and batchable is not None and all(batchable(r) for r in reqs)
 
     def begin_shutdown(self, grace_s: float) -> None:
         """Refuse new and queued requests; stop answers in flight after `grace_s` seconds."""
@@ -72,18 +140,20 @@ class Scheduler:
                            type_="server_error", code="overloaded")
         timeout_s = self.request_timeout_s
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        reqs = list(req) if isinstance(req, list) else [req]
+        shared = self.shares(reqs)
         self.waiting += 1
         try:
-            await self._acquire(deadline, is_gone)
+            await self._acquire(shared, deadline, is_gone)
         finally:
             self.waiting -= 1
-        return Job(self, req, deadline, is_gone)
+        return Job(self, reqs, deadline, is_gone, shared=shared)
 
-    async def _acquire(self, deadline: float | None, is_gone: Callable[[], Awaitable[bool]]) -> None:
-        # One acquire task keeps the request's place in the FIFO queue while the checks run beside it.
-        acquire = asyncio.ensure_future(self._lock.acquire())
+    async def _acquire(self, shared: bool, deadline: float | None, is_gone: Callable[[], Awaitable[bool]]) -> None:
+        # The grant keeps the request's place in the FIFO queue while the checks run beside it.
+        grant = self._gate.acquire(shared)
         try:
-            while not (await asyncio.wait({acquire}, timeout=POLL_S))[0]:
+            while not (await asyncio.wait({grant}, timeout=POLL_S))[0]:
                 self._refuse_if_stopping()
                 if deadline is not None and time.monotonic() > deadline:
                     raise ApiError(503, f"request waited {self.request_timeout_s} s in the queue without reaching "
@@ -92,14 +162,11 @@ class Scheduler:
                 if await is_gone():
                     raise ClientGone()
         except BaseException:
-            if not acquire.done():
-                acquire.cancel()  # a lock granted meanwhile passes on to the next waiter (asyncio.Lock)
-            elif not acquire.cancelled() and acquire.exception() is None:
-                self._lock.release()
+            self._gate.give_up(grant, shared)
             raise
 
-    def _release(self) -> None:
-        self._lock.release()
+    def _release(self, shared: bool) -> None:
+        self._gate.release(shared)
 
 
 class Job:
@@ -111,11 +178,13 @@ class Job:
     """
 
     def __init__(self, scheduler: Scheduler, req: GenerationRequest | list[GenerationRequest],
-                 deadline: float | None, is_gone: Callable[[], Awaitable[bool]]):
+                 deadline: float | None, is_gone: Callable[[], Awaitable[bool]], *, shared: bool = False):
         self.reqs = list(req) if isinstance(req, list) else [req]
         if not self.reqs:
             raise ValueError("a Job needs at least one generation")
         self.scheduler, self.deadline, self._is_gone = scheduler, deadline, is_gone
+        self.shared = shared
+        """Whether this request shares the engine with others (see Gate) rather than holding it alone."""
         self.index = -1
         self.usages: list[Usage] = []
         self._finished: list[str] = []
@@ -233,11 +302,11 @@ class Job:
                 return texts
 
     def close(self) -> None:
-        """Stop the engine's token loop and free the engine for the next request (idempotent).
+        """Stop the engine's token loop and free this request's place for the next one (idempotent).
 
-        If an engine step is still running in its thread (the awaiting task was cancelled), the engine is freed
-        only when that step returns, which `cancelled` makes happen at its next model step: two generations
-        never share the model.
+        If an engine step is still running in its thread (the awaiting task was cancelled), the place is freed
+        only when that step returns, which `cancelled` makes happen at its next model step: a generation that
+        needs the model alone never shares it with one still running.
         """
         if not self._open:
             return
@@ -266,4 +335,4 @@ class Job:
         try:
             self._close_gen()
         finally:
-            self.scheduler._release()
+            self.scheduler._release(self.shared)

@@ -1,0 +1,228 @@
+"""Concurrent streamed answers decoded together: one model step advances every answer of a batch.
+
+`mens serve` admits several requests at once when they can share the model (unconstrained decoding, greedy or
+sampled); each still streams its own text as its tokens are chosen. A decoding step costs about the same for one
+answer as for a few (on a CPU the weights are read once per step either way), so concurrent clients are answered
+in about the time of the longest answer instead of the sum of all of them.
+
+Rows join a batch at its start: a request that arrives while a batch decodes waits until that batch has ended and
+then starts the next one with every request that waited (static batching; joining a running batch would need its
+KV cache padded again). Answers that end, are cancelled (`should_stop`) or whose reader leaves drop out at the next
+step, their cache rows too where the cache allows (`batch_decode._drop_ended`).
+
+No thread of its own runs the model: a reader that finds no text ready and no step running takes the next step
+itself while other readers wait, so a batch nobody reads is not decoded further. An answer is the one
+`generate.stream_tokens` gives alone, up to the float rounding of a batched, left-padded matmul (as with
+`batch_decode.generate_greedy_batch`); sampled rows draw from their own seeded generators exactly as it does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from mens.model.batch_decode import CACHE_BYTES, PREFILL_LOGITS, _cache_bytes_per_token, _drop_ended, _left_padded
+from mens.model.generate import _Detokenizer, _keeps_last_logits_only, _last_logits, _model_choice, stop_token_ids
+
+WAIT_S = 0.05
+"""How often a reader waiting for another reader's step checks its own `should_stop`."""
+GATHER_S = 0.05
+"""How long a new batch waits, from its oldest row's arrival, for more rows: requests sent together reach the
+engine a few milliseconds apart, and without the wait the first would start a batch of its own."""
+
+
+@dataclass
+class _Row:
+    ids: list[int]
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    gen: torch.Generator
+    detok: _Detokenizer
+    on_token: Callable[[int], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+    stop_text: Callable[[str], bool] | None = None
+    pieces: deque = field(default_factory=deque)
+    arrived: float = 0.0
+    produced: int = 0
+    done: bool = False
+    """No more text will be added (ended, cancelled, left or failed)."""
+    left: bool = False
+    """The reader stopped reading: the row leaves the batch at its next step."""
+    error: BaseException | None = None
+
+
+class _Batch:
+    """The rows of one batch (in cache order) and the model inputs of their next step."""
+
+    def __init__(self, rows: list[_Row], pad_id: int, device):
+        self.rows = rows
+        self.ids, self.mask, self.positions = _left_padded([r.ids for r in rows], pad_id, device)
+        self.past = None
+        self.device = device
+
+    @property
+    def finished(self) -> bool:
+        return all(r.done for r in self.rows)
+
+
+class BatchStreamer:
+    """Streams answers of one model, batching those that are read at the same time (see the module doc)."""
+
+    def __init__(self, model, tokenizer, max_rows: int):
+        if max_rows < 1:
+            raise ValueError(f"max_rows={max_rows}: use 1 or more")
+        self.model, self.tokenizer, self.max_rows = model, tokenizer, max_rows
+        self.stop_ids = stop_token_ids(tokenizer, model)
+        self.keep_last = _keeps_last_logits_only(model)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.device = next(model.parameters()).device
+        self._cond = threading.Condition()
+        self._pending: list[_Row] = []
+        self._batch: _Batch | None = None
+        self._stepping = False
+        self.batches: list[int] = []
+        """Rows of each batch started so far (for tests and diagnostics)."""
+
+    def stream(self, input_ids: list[int], *, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+               seed: int | None = None, on_token: Callable[[int], None] | None = None,
+               should_stop: Callable[[], bool] | None = None,
+               stop_text: Callable[[str], bool] | None = None) -> Iterator[str]:
+        """Text pieces of the continuation of `input_ids`, as `stream_tokens` yields them (same arguments)."""
+        if not input_ids:
+            raise ValueError("a batched answer needs at least one prompt token")
+        row = _Row(list(input_ids), max_new_tokens, temperature, top_p,
+                   torch.Generator(device="cpu").manual_seed(seed if seed is not None else 0),
+                   _Detokenizer(self.tokenizer), on_token, should_stop, stop_text)
+        return self._pieces(row)
+
+    def _pieces(self, row: _Row) -> Iterator[str]:
+        with self._cond:  # the row waits from its first read: an answer never read never joins a batch
+            row.arrived = time.monotonic()
+            self._pending.append(row)
+            self._cond.notify_all()
+        try:
+            while (piece := self._next(row)) is not None:
+                yield piece
+        finally:
+            with self._cond:
+                row.left = True
+                if row in self._pending:
+                    self._pending.remove(row)
+                self._cond.notify_all()
+
+    def _next(self, row: _Row) -> str | None:
+        """The row's next piece (None once it has ended), taking model steps while none is ready."""
+        while True:
+            with self._cond:
+                while True:
+                    if row.pieces:
+                        return row.pieces.popleft()
+                    if row.error is not None:  # each reader raises its own error (one object, several threads)
+                        raise RuntimeError(f"batched decoding failed: {type(row.error).__name__}: {row.error}") \
+                            from row.error
+                    if row.done:
+                        return None
+                    if row.should_stop is not None and row.should_stop():
+                        row.done = row.left = True  # held-back text is dropped, as stream_tokens does
+                        return None
+                    if not self._stepping:
+                        break
+                    self._cond.wait(WAIT_S)
+                self._stepping = True
+            try:
+                with self._cond:
+                    batch = self._batch
+                    if batch is None or batch.finished:
+                        self._gather()
+                        batch = self._batch = self._start()
+                self._step(batch)
+            finally:
+                with self._cond:
+                    self._stepping = False
+                    self._cond.notify_all()
+
+    def _gather(self) -> None:
+        """Wait (lock held, released while waiting) until GATHER_S after the oldest waiting row's arrival, or until
+        `max_rows` rows wait."""
+        deadline = self._pending[0].arrived + GATHER_S
+        while len(self._pending) < self.max_rows and (left := deadline - time.monotonic()) > 0:
+            self._cond.wait(left)
+
+    def _start(self) -> _Batch:
+        """A batch of the waiting rows, oldest first, as many as `max_rows` and the cache bound allow (called with
+        the lock held, by a reader whose own row waits, so there is at least one)."""
+        per_token = _cache_bytes_per_token(self.model)
+        take: list[_Row] = []
+        for row in self._pending:
+            rows = [*take, row]
+            longest = max(len(r.ids) for r in rows)
+            if take and (len(rows) > self.max_rows
+                         or (per_token and per_token * len(rows) * (longest + max(r.max_new_tokens for r in rows))
+                             > CACHE_BYTES)
+                         or (not self.keep_last and len(rows) * longest * len(self.tokenizer) > PREFILL_LOGITS)):
+                break
+            take.append(row)
+        self._pending = self._pending[len(take):]
+        self.batches.append(len(take))
+        return _Batch(take, self.pad_id, self.device)
+
+    def _step(self, batch: _Batch) -> None:
+        """One model step for the batch's live rows: their next tokens, as text pieces on each row."""
+        with self._cond:
+            for r in batch.rows:
+                if not r.done and (r.left or (r.should_stop is not None and r.should_stop())):
+                    r.done = True
+            if batch.finished:
+                return
+        try:
+            with torch.no_grad():
+                logits, batch.past = _last_logits(self.model, self.keep_last, input_ids=batch.ids,
+                                                  attention_mask=batch.mask, position_ids=batch.positions,
+                                                  past_key_values=batch.past)
+        except Exception as e:  # every row of the batch gets the failure; rows waiting for the next batch do not
+            with self._cond:
+                for r in batch.rows:
+                    if not r.done:
+                        r.error, r.done = e, True
+            return
+        tokens = [self.pad_id if r.done else _model_choice(logits[b], r.temperature, r.top_p, r.gen)
+                  for b, r in enumerate(batch.rows)]
+        with self._cond:
+            for r, token in zip(batch.rows, tokens, strict=True):
+                if not r.done:
+                    self._push(r, token)
+        going = [b for b, r in enumerate(batch.rows) if not r.done]
+        if not going:
+            batch.past = None  # the cache is freed as soon as the batch has ended
+            return
+        if len(going) < len(batch.rows) and _drop_ended(batch.past, index := torch.tensor(going, device=batch.device)):
+            batch.rows, tokens = [batch.rows[b] for b in going], [tokens[b] for b in going]
+            batch.mask, batch.positions = batch.mask[index], batch.positions[index]
+        batch.ids = torch.tensor([[t] for t in tokens], device=batch.device)
+        batch.mask = torch.cat([batch.mask, batch.mask.new_ones(len(batch.rows), 1)], dim=1)
+        batch.positions = batch.positions[:, -1:] + 1
+
+    def _push(self, row: _Row, token: int) -> None:
+        """Add a chosen token to a row, as `stream_tokens` would (lock held)."""
+        if token in self.stop_ids:
+            self._end(row)
+            return
+        if row.on_token is not None:
+            row.on_token(token)
+        if piece := row.detok.push(token):
+            row.pieces.append(piece)
+        row.produced += 1
+        if row.produced >= row.max_new_tokens or (row.stop_text is not None and row.stop_text(row.detok.text_with())):
+            self._end(row)
+
+    @staticmethod
+    def _end(row: _Row) -> None:
+        if tail := row.detok.flush():
+            row.pieces.append(tail)
+        row.done = True

@@ -1,0 +1,205 @@
+"""Concurrent streamed answers decoded in one batch: each reader gets the answer it would get alone, rows that end,
+leave or are cancelled drop out without disturbing the others, and a failed step reaches only its own batch."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tests.conftest import build_tiny_chat_lm  # noqa: E402
+
+from mens.model.batch_stream import BatchStreamer  # noqa: E402
+from mens.model.engine import GenerationRequest, Usage  # noqa: E402
+from mens.model.generate import chat_input_ids, stop_token_ids, stream_tokens  # noqa: E402
+from mens.model.hf_engine import HFEngine  # noqa: E402
+from mens.model.inference import LoadedModel  # noqa: E402
+
+PROMPTS = ["add one", "hello world hello", "fn add(a: int) to int { return a + 1 } and then some more words 0123", "9"]
+# (max_new_tokens, temperature, top_p, seed) per prompt: greedy, sampled, a nucleus cut, a short budget
+SETTINGS = [(20, 0.0, 1.0, None), (16, 0.9, 1.0, 7), (12, 1.2, 0.6, 3), (5, 0.0, 1.0, None)]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny_chat_lm("llama")
+
+
+def _ids(tok) -> list[list[int]]:
+    return [chat_input_ids(tok, [{"role": "user", "content": p}], "You write code.") for p in PROMPTS]
+
+
+def _alone(model, tok, ids, n, t, p, seed, stop_ids) -> str:
+    return "".join(stream_tokens(model, tok, ids, max_new_tokens=n, temperature=t, top_p=p, seed=seed,
+                                 stop_ids=stop_ids))
+
+
+def _read_all(gens) -> list[list[str]]:
+    """Read every generator to its end, each from its own thread, all starting together."""
+    out: list[list[str]] = [[] for _ in gens]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(gens))
+
+    def read(i):
+        try:
+            start.wait()
+            out[i].extend(gens[i])
+        except BaseException as e:  # noqa: BLE001 - surfaced by the assert below
+            errors.append(e)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(gens))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    return out
+
+
+def _held_first_step(model):
+    """Hold the model's first forward pass until `release` is set (the second reader's row then waits, so the
+    rows that arrive meanwhile form one batch); returns (entered, release)."""
+    entered, release = threading.Event(), threading.Event()
+    calls = []
+
+    def hook(*_):
+        calls.append(1)
+        if len(calls) == 1:
+            entered.set()
+            assert release.wait(30)
+
+    handle = model.register_forward_pre_hook(hook)
+    return entered, release, handle
+
+
+def test_concurrent_answers_equal_each_answer_alone(tiny):
+    """Greedy and sampled rows (a nucleus cut too), prompts of different lengths, different budgets, a stop token
+    that ends some rows early: every reader's text is what `stream_tokens` gives alone."""
+    model, tok = tiny
+    prompts = _ids(tok)
+    stop = {*stop_token_ids(tok, model), tok.convert_tokens_to_ids("Ġ")}
+    streamer = BatchStreamer(model, tok, max_rows=8)
+    streamer.stop_ids = stop
+    gens = [streamer.stream(ids, max_new_tokens=n, temperature=t, top_p=p, seed=s)
+            for ids, (n, t, p, s) in zip(prompts, SETTINGS, strict=True)]
+    texts = ["".join(parts) for parts in _read_all(gens)]
+    assert texts == [_alone(model, tok, ids, n, t, p, s, stop) for ids, (n, t, p, s) in zip(prompts, SETTINGS,
+                                                                                             strict=True)]
+    assert sum(streamer.batches) == len(prompts) and max(streamer.batches) > 1  # rows read together share a batch
+
+
+def test_rows_that_arrive_during_a_batch_form_the_next_one(tiny):
+    model, tok = tiny
+    prompts = _ids(tok)
+    streamer = BatchStreamer(model, tok, max_rows=8)
+    entered, release, handle = _held_first_step(model)
+    try:
+        first = streamer.stream(prompts[0], max_new_tokens=6)
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.extend(first))
+        reader.start()
+        assert entered.wait(30)  # the first batch (one row) is inside its first model step
+        rest = [streamer.stream(ids, max_new_tokens=6) for ids in prompts[1:]]
+        results: list[list[str]] = [[] for _ in rest]
+        threads = [threading.Thread(target=lambda i=i: results[i].extend(rest[i])) for i in range(len(rest))]
+        for t in threads:
+            t.start()
+        while len(streamer._pending) < len(rest):  # every later row waits for the running batch
+            threading.Event().wait(0.01)
+        release.set()
+        reader.join(30)
+        for t in threads:
+            t.join(30)
+    finally:
+        handle.remove()
+    assert streamer.batches == [1, len(rest)]
+    assert "".join(out) == _alone(model, tok, prompts[0], 6, 0.0, 1.0, None, stop_token_ids(tok, model))
+    for ids, parts in zip(prompts[1:], results, strict=True):
+        assert "".join(parts) == _alone(model, tok, ids, 6, 0.0, 1.0, None, stop_token_ids(tok, model))
+
+
+def test_a_reader_that_leaves_or_is_cancelled_drops_out_and_the_others_finish(tiny):
+    model, tok = tiny
+    prompts = _ids(tok)
+    streamer = BatchStreamer(model, tok, max_rows=8)
+    streamer.stop_ids = set()
+    cancel = threading.Event()
+    steps: list[int] = []
+    model_steps = model.register_forward_hook(lambda *_: steps.append(1))
+    try:
+        leaver = streamer.stream(prompts[0], max_new_tokens=30)
+        cancelled = streamer.stream(prompts[1], max_new_tokens=30, should_stop=cancel.is_set)
+        stays = [streamer.stream(ids, max_new_tokens=30) for ids in prompts[2:]]
+        got: dict[str, list[str]] = {"leaver": [], "cancelled": []}
+
+        def leave():
+            got["leaver"].append(next(leaver))
+            leaver.close()
+
+        def cancel_after_one():
+            for piece in cancelled:
+                got["cancelled"].append(piece)
+                cancel.set()
+
+        results: list[list[str]] = [[] for _ in stays]
+        threads = [threading.Thread(target=leave), threading.Thread(target=cancel_after_one)]
+        threads += [threading.Thread(target=lambda i=i: results[i].extend(stays[i])) for i in range(len(stays))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        model_steps.remove()
+    for ids, parts in zip(prompts[2:], results, strict=True):
+        assert "".join(parts) == _alone(model, tok, ids, 30, 0.0, 1.0, None, set())
+    assert len(got["leaver"]) == 1 and 1 <= len(got["cancelled"]) < 30
+    assert max(streamer.batches) > 1
+    assert len(steps) <= 31 * len(streamer.batches)  # no batch ran past the longest remaining answer
+
+
+def test_a_failed_step_reaches_every_row_of_its_batch_and_the_next_batch_works(tiny):
+    model, tok = tiny
+    prompts = _ids(tok)
+    streamer = BatchStreamer(model, tok, max_rows=8)
+
+    def boom(*_):
+        raise RuntimeError("out of memory")
+
+    handle = model.register_forward_pre_hook(boom)
+    try:
+        gens = [streamer.stream(ids, max_new_tokens=5) for ids in prompts]
+        errors: list[BaseException] = []
+
+        def read(g):
+            try:
+                list(g)
+            except RuntimeError as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=read, args=(g,)) for g in gens]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        handle.remove()
+    assert len(errors) == len(prompts)
+    assert all("batched decoding failed: RuntimeError: out of memory" in str(e) for e in errors)
+    again = "".join(streamer.stream(prompts[0], max_new_tokens=5))
+    assert again == _alone(model, tok, prompts[0], 5, 0.0, 1.0, None, stop_token_ids(tok, model))
+
+
+def test_hf_engine_batches_only_unconstrained_requests_with_a_prompt(tiny):
+    model, tok = tiny
+    loaded = LoadedModel(model, tok, "You write code.", "tiny", "model")
+    plain, batched = HFEngine(loaded), HFEngine(loaded, max_batch=4)
+    chat = GenerationRequest(messages=[{"role": "user", "content": "add one"}], max_tokens=9)
+    assert not plain.batchable(chat) and batched.batchable(chat)
+    assert not batched.batchable(GenerationRequest(prompt="", max_tokens=3))
+    assert batched.batchable(GenerationRequest(messages=chat.messages, constrained=True))  # no language: plain
+    usage = Usage()
+    assert "".join(batched.stream(chat, usage)) == "".join(plain.stream(chat, Usage()))
+    assert usage.prompt_tokens == plain.count_tokens(chat) and usage.completion_tokens > 0
