@@ -26,23 +26,23 @@ def _probe(step_s=6.0, recipe=742):
 
 def test_plan_fits_steps_to_what_the_budget_leaves():
     plan = plan_budget(1800, elapsed_s=120, base_eval_s=100, probe=_probe())
-    # 1800 - 120 - (3.5 * 100 + 30) = 1300 s for training; the run's final validation reads a quarter of the rows,
-    # a quarter of the probe's whole pass (40 s): 0.92 * 1300 - 15 - 10 = 1171 s -> 195 steps of 6 s
+    # 1800 - 120 - (3.0 * 100 + 30) = 1350 s for training; the run's final validation reads a quarter of the rows,
+    # a quarter of the probe's whole pass (40 s): 0.92 * 1350 - 15 - 10 = 1217 s -> 202 steps of 6 s
     assert RUN_VAL_SHARE == 0.25
     # the probe's rows (every 16th) are among the run's (every 4th), so its scaled time speaks for the same rows
     assert round(1 / PROBE_VAL_SHARE) % round(1 / RUN_VAL_SHARE) == 0
-    assert plan.train_s == 1300 and plan.steps == 195 and plan.recipe_steps == 742
-    assert "195 of the recipe's 742 steps" in plan.note
+    assert plan.train_s == 1350 and plan.steps == 202 and plan.recipe_steps == 742
+    assert "202 of the recipe's 742 steps" in plan.note
     planned = plan.steps * 6.0 + 10 + 15 + plan.elapsed_s + plan.reserve_s
     assert planned <= 1800  # the plan keeps the budget by its own numbers
     # the hard limit for a machine that slows down mid-run: the training share less start-up and a final validation
-    assert plan.max_time_s == 1300 - 15 - 10 and plan.max_time_s > plan.steps * 6.0 + 10
+    assert plan.max_time_s == 1350 - 15 - 10 and plan.max_time_s > plan.steps * 6.0 + 10
 
 
 def test_a_slower_machine_gets_fewer_steps_and_a_fast_one_never_more_than_the_recipe():
     slow = plan_budget(1800, 120, 100, _probe(step_s=12.0))
     fast = plan_budget(1800, 120, 100, _probe(step_s=0.5))
-    assert slow.steps == 97 and fast.steps == 742 and "fit the budget" in fast.note
+    assert slow.steps == 101 and fast.steps == 742 and "fit the budget" in fast.note
 
 
 def test_a_budget_too_small_for_training_is_refused_with_the_numbers():
@@ -55,7 +55,7 @@ def test_the_plan_sets_the_length_only():
     """A cut schedule trains the preset's recipe as it is (the cpu preset's LoRA+ was measured cut and whole):
     the plan carries steps and limits, no learning-rate or optimizer changes."""
     cut, whole = plan_budget(1800, 120, 100, _probe()), plan_budget(1800, 120, 100, _probe(step_s=0.5))
-    assert cut.steps == 195 and whole.steps == 742
+    assert cut.steps == 202 and whole.steps == 742
     for plan in (cut, whole):
         assert not {"lr_scale", "lora_plus_ratio"} & set(vars(plan)) and "LoRA" not in plan.note
 

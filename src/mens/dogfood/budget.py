@@ -46,19 +46,21 @@ RUN_VAL_SHARE = 0.25
 nothing on the validation loss, and the whole pass took 46-62 s, 7-9 steps, of a 30-minute budget on 2 Zen 3 cores
 (bench/results/dogfood-budget30-avx2-zen3-*.json); a quarter of it leaves those steps to training. The loss is then
 over the same rows in every budgeted run, not over all of them; `--budget none` validates on every row."""
-POST_TRAIN_FACTOR = 3.5
+POST_TRAIN_FACTOR = 3.0
 """The stages after training against the base model's greedy evaluation (same tasks, same token budget), beyond
 POST_TRAIN_FIXED_S. Both decode in batches whose ended answers leave the batch. In dogfood the stages after training
 took 1.1-2.4 base evals on CPUs with native bf16 and on the f32 path capped to AVX2
 (bench/results/dogfood-budget30-bf16-*.json, -avx2cap-*.json), and 1.8-3.2 on an AVX2-only Zen 3, where the budget
 trains 16-23% of the recipe and the tuned model fails most (-avx2-zen3-*.json; 2.18-2.80 once the constrained mode
 repaired only the drafts its constraint refuses). Re-run one at a time from three of the weakest models trained
-there, they took 2.13, 2.26 and 3.33 (post-train-stages-avx2-zen3-vm.json). 3.5 covers the largest; three dogfood
-runs reserving 3.5 there used 3.28, 2.44 and 2.58 and ended 61-147 s inside the budget (-reserve35-*.json). What
-the reserve leaves over goes unused at the end of the command (144-196 s of a 4.0 reserve on that Zen 3); stages
-that run past it may still use the margin that the run's re-fitted length leaves below its time limit
-(mens.train.schedule.REFIT_TARGET: 3% of the training time, about 33 s there). At 3.0 the 3.33 model would have
-needed nearly all of that margin (docs/benchmarks.md, "An AVX2-only CPU (Zen 3)")."""
+there, they took 2.13, 2.26 and 3.33 (post-train-stages-avx2-zen3-vm.json). Three dogfood runs
+reserving 3.5 there used 3.28, 2.44 and 2.58 and ended 61-147 s inside the budget (-reserve35-*.json), and with
+packed weights for decoding 2.62 and 2.46 (-pack-*.json). Those runs asked the server for the parity stage's 8
+answers one at a time (about 57 s there); batched, the same 8 take about 18 s
+(bench/results/served-batch-speed-avx2-zen3-vm.json), about half a base evaluation less, so 3.0 covers what 3.5
+did. What the reserve leaves over goes unused at the end of the command; stages that run past it may still use the
+margin that the run's re-fitted length leaves below its time limit (mens.train.schedule.REFIT_TARGET: 3% of the
+training time, about 33 s there). Runs with 3.0: docs/benchmarks.md, "An AVX2-only CPU (Zen 3)"."""
 POST_TRAIN_STAGES = ("eval-tuned", "gate", "merge", "parity", "card")
 """The stages after training, which the reserve pays for."""
 POST_TRAIN_FIXED_S = 30.0

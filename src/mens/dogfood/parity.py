@@ -39,15 +39,23 @@ def _post(url: str, body: dict, timeout_s: float) -> dict:
 
 
 def served_answers(model_dir: Path, tasks: list[BenchTask], max_tokens: int, device: str = "auto",
-                   timeout_s: float = 600.0) -> list[str]:
-    """Greedy answers of `mens serve MODEL_DIR` (OpenAI chat endpoint, temperature 0) to each task's prompt."""
+                   timeout_s: float = 600.0, max_batch: int | None = None) -> list[str]:
+    """Greedy answers of `mens serve MODEL_DIR` (OpenAI chat endpoint, temperature 0) to each task's prompt.
+
+    The requests are sent together, as concurrent clients would send them, so the server decodes them in one batch
+    (`mens serve --max-batch`, here `max_batch`, by default every task): the check covers the batched serving path,
+    in about the time of the longest answer. `max_batch=1` serves them one at a time.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     import uvicorn
 
     from mens.model.hf_engine import HFEngine
     from mens.model.inference import load_for_inference
     from mens.serve.app import create_app
 
-    app = create_app(HFEngine(load_for_inference(model_dir, device=device)), max_tokens_limit=max(2048, max_tokens))
+    engine = HFEngine(load_for_inference(model_dir, device=device), max_batch=max_batch or max(1, len(tasks)))
+    app = create_app(engine, max_tokens_limit=max(2048, max_tokens), max_queue=max(32, len(tasks)))
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -58,13 +66,14 @@ def served_answers(model_dir: Path, tasks: list[BenchTask], max_tokens: int, dev
             if time.time() > deadline or not thread.is_alive():
                 raise RuntimeError(f"mens serve did not start on 127.0.0.1:{port}")
             time.sleep(0.05)
-        out = []
-        for task in tasks:
+        def ask(task: BenchTask) -> str:
             body = {"model": "mens", "messages": [{"role": "user", "content": task.prompt}], "temperature": 0,
                     "max_tokens": max_tokens}
             reply = _post(f"http://127.0.0.1:{port}/v1/chat/completions", body, timeout_s)
-            out.append(reply["choices"][0]["message"]["content"] or "")
-        return out
+            return reply["choices"][0]["message"]["content"] or ""
+
+        with ThreadPoolExecutor(max(1, len(tasks))) as pool:
+            return list(pool.map(ask, tasks))
     finally:
         server.should_exit = True
         thread.join(timeout=10)
