@@ -115,7 +115,7 @@ def test_rows_that_arrive_during_a_batch_form_the_next_one(tiny):
             t.join(30)
     finally:
         handle.remove()
-    assert streamer.batches == [1, len(rest)]
+    assert list(streamer.batches) == [1, len(rest)]
     assert "".join(out) == _alone(model, tok, prompts[0], 6, 0.0, 1.0, None, stop_token_ids(tok, model))
     for ids, parts in zip(prompts[1:], results, strict=True):
         assert "".join(parts) == _alone(model, tok, ids, 6, 0.0, 1.0, None, stop_token_ids(tok, model))

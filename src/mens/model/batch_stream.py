@@ -86,8 +86,8 @@ class BatchStreamer:
         self._pending: list[_Row] = []
         self._batch: _Batch | None = None
         self._stepping = False
-        self.batches: list[int] = []
-        """Rows of each batch started so far (for tests and diagnostics)."""
+        self.batches: deque[int] = deque(maxlen=256)
+        """Rows of each of the latest batches (for tests and diagnostics)."""
 
     def stream(self, input_ids: list[int], *, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
                seed: int | None = None, on_token: Callable[[int], None] | None = None,
@@ -96,6 +96,8 @@ class BatchStreamer:
         """Text pieces of the continuation of `input_ids`, as `stream_tokens` yields them (same arguments)."""
         if not input_ids:
             raise ValueError("a batched answer needs at least one prompt token")
+        if max_new_tokens <= 0:  # stream_tokens runs no step for it either
+            return iter(())
         row = _Row(list(input_ids), max_new_tokens, temperature, top_p,
                    torch.Generator(device="cpu").manual_seed(seed if seed is not None else 0),
                    _Detokenizer(self.tokenizer), on_token, should_stop, stop_text)
@@ -139,6 +141,9 @@ class BatchStreamer:
                 with self._cond:
                     batch = self._batch
                     if batch is None or batch.finished:
+                        if not self._pending:  # not reached: a reader's row waits or is in the running batch
+                            row.done = True
+                            continue
                         self._gather()
                         batch = self._batch = self._start()
                 self._step(batch)
@@ -179,6 +184,7 @@ class BatchStreamer:
                 if not r.done and (r.left or (r.should_stop is not None and r.should_stop())):
                     r.done = True
             if batch.finished:
+                batch.past = None  # the cache is freed as soon as the batch has ended
                 return
         try:
             with torch.no_grad():
@@ -190,6 +196,7 @@ class BatchStreamer:
                 for r in batch.rows:
                     if not r.done:
                         r.error, r.done = e, True
+            batch.past = None
             return
         tokens = [self.pad_id if r.done else _model_choice(logits[b], r.temperature, r.top_p, r.gen)
                   for b, r in enumerate(batch.rows)]

@@ -88,8 +88,8 @@ class HFEngine:
         return self._streamer is not None and not self._constrains(request) and bool(self.prompt_ids(request))
 
     def stream(self, request: GenerationRequest, usage: Usage) -> Iterator[str]:
-        if self._streamer is not None and self.batchable(request):
-            ids = self.prompt_ids(request)
+        ids = self.prompt_ids(request) if self._streamer is not None else []
+        if ids and not self._constrains(request):  # what `batchable` says, with the prompt tokenized once
             usage.prompt_tokens = len(ids)
             temperature, top_p = self._sampling(request)
 
