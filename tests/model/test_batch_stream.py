@@ -4,6 +4,7 @@ leave or are cancelled drop out without disturbing the others, and a failed step
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -37,6 +38,15 @@ def _alone(model, tok, ids, n, t, p, seed, stop_ids) -> str:
                                  stop_ids=stop_ids))
 
 
+def _run(threads: list[threading.Thread]) -> None:
+    """Start the threads together and wait for them (bounded)."""
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive(), "a reader did not finish within 60 s"
+
+
 def _read_all(gens) -> list[list[str]]:
     """Read every generator to its end, each from its own thread, all starting together."""
     out: list[list[str]] = [[] for _ in gens]
@@ -50,11 +60,7 @@ def _read_all(gens) -> list[list[str]]:
         except BaseException as e:  # noqa: BLE001 - surfaced by the assert below
             errors.append(e)
 
-    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(gens))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    _run([threading.Thread(target=read, args=(i,)) for i in range(len(gens))])
     assert not errors, errors
     return out
 
@@ -107,8 +113,10 @@ def test_rows_that_arrive_during_a_batch_form_the_next_one(tiny):
         threads = [threading.Thread(target=lambda i=i: results[i].extend(rest[i])) for i in range(len(rest))]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + 30
         while len(streamer._pending) < len(rest):  # every later row waits for the running batch
-            threading.Event().wait(0.01)
+            assert time.monotonic() < deadline, "the later rows never reached the streamer"
+            time.sleep(0.01)
         release.set()
         reader.join(30)
         for t in threads:
@@ -147,10 +155,7 @@ def test_a_reader_that_leaves_or_is_cancelled_drops_out_and_the_others_finish(ti
         results: list[list[str]] = [[] for _ in stays]
         threads = [threading.Thread(target=leave), threading.Thread(target=cancel_after_one)]
         threads += [threading.Thread(target=lambda i=i: results[i].extend(stays[i])) for i in range(len(stays))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        _run(threads)
     finally:
         model_steps.remove()
     for ids, parts in zip(prompts[2:], results, strict=True):
@@ -179,11 +184,7 @@ def test_a_failed_step_reaches_every_row_of_its_batch_and_the_next_batch_works(t
             except RuntimeError as e:
                 errors.append(e)
 
-        threads = [threading.Thread(target=read, args=(g,)) for g in gens]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
+        _run([threading.Thread(target=read, args=(g,)) for g in gens])
     finally:
         handle.remove()
     assert len(errors) == len(prompts)
