@@ -66,6 +66,7 @@ def served_answers(model_dir: Path, tasks: list[BenchTask], max_tokens: int, dev
             if time.time() > deadline or not thread.is_alive():
                 raise RuntimeError(f"mens serve did not start on 127.0.0.1:{port}")
             time.sleep(0.05)
+
         def ask(task: BenchTask) -> str:
             body = {"model": "mens", "messages": [{"role": "user", "content": task.prompt}], "temperature": 0,
                     "max_tokens": max_tokens}

@@ -84,12 +84,14 @@ class HFEngine:
 
     def batchable(self, request: GenerationRequest) -> bool:
         """Whether `stream` decodes `request` in a batch with other concurrent ones: batching is on and the
-        request is unconstrained with a prompt (constrained decoding searches each answer on its own)."""
-        return self._streamer is not None and not self._constrains(request) and bool(self.prompt_ids(request))
+        request is unconstrained (constrained decoding searches each answer on its own). Cheap: the server asks in
+        its event loop, so the prompt is not tokenized here; one that comes out empty (the server refuses those
+        before they get here) is decoded on its own."""
+        return self._streamer is not None and not self._constrains(request)
 
     def stream(self, request: GenerationRequest, usage: Usage) -> Iterator[str]:
-        ids = self.prompt_ids(request) if self._streamer is not None else []
-        if ids and not self._constrains(request):  # what `batchable` says, with the prompt tokenized once
+        ids = self.prompt_ids(request) if self.batchable(request) else []
+        if ids:
             usage.prompt_tokens = len(ids)
             temperature, top_p = self._sampling(request)
 
