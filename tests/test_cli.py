@@ -152,6 +152,37 @@ def test_dogfood_served_tasks_flag_reaches_the_parity_stage_config(monkeypatch, 
     assert runner.invoke(cli_main.app, ["dogfood", "--served-tasks", "0"]).exit_code == 2
 
 
+def test_serve_max_batch_flag_reaches_the_engine(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import mens.model.hf_engine
+    import mens.model.inference
+    import mens.serve.server
+
+    seen = {}
+
+    class FakeEngine:
+        model_id, constrained_language = "fake", None
+
+        def __init__(self, loaded, language=None, *, max_batch=1):
+            seen["max_batch"] = max_batch
+            self.max_batch = max_batch
+
+    class FakeServer:
+        def run(self):
+            seen["ran"] = True
+
+    monkeypatch.setattr(mens.model.inference, "load_for_inference", lambda path, device="auto": object())
+    monkeypatch.setattr(mens.model.hf_engine, "HFEngine", FakeEngine)
+    monkeypatch.setattr(mens.serve.server, "build_server", lambda app, **kw: FakeServer())
+    runner = CliRunner()
+    assert runner.invoke(cli_main.app, ["serve", str(tmp_path), "--max-batch", "3"]).exit_code == 0
+    assert seen == {"max_batch": 3, "ran": True}
+    runner.invoke(cli_main.app, ["serve", str(tmp_path)])
+    assert seen["max_batch"] == 8  # the default
+    assert runner.invoke(cli_main.app, ["serve", str(tmp_path), "--max-batch", "0"]).exit_code == 2
+
+
 def test_bitsandbytes_optional_kernel_warning_is_quieted_by_its_own_logger_name(capsys):
     """On an AVX512-BF16 CPU bitsandbytes warns, on import, that it could not fetch a Hub kernel; the CLI quiets
     exactly that module's logger (a renamed module would make the warning reach users again)."""
