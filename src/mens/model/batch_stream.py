@@ -7,7 +7,7 @@ in about the time of the longest answer instead of the sum of all of them.
 
 Rows join a batch at its start: a request that arrives while a batch decodes waits until that batch has ended and
 then starts the next one with every request that waited (static batching; joining a running batch would need its
-KV cache padded again). Answers that end, are cancelled (`should_stop`) or whose reader leaves drop out at the next
+KV cache re-padded). Answers that end, are cancelled (`should_stop`) or whose reader leaves drop out at the next
 step, their cache rows too where the cache allows (`batch_decode._drop_ended`).
 
 No thread of its own runs the model: a reader that finds no text ready and no step running takes the next step
