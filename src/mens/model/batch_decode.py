@@ -48,6 +48,17 @@ def _cache_bytes_per_token(model) -> int | None:
     return int(layers * 2 * kv_heads * head_dim * max(2, width))
 
 
+def rows_within_bounds(model, tokenizer, longest: int, max_new_tokens: int, limit: int, keep_last: bool) -> int:
+    """How many rows (at least 1, at most `limit`) of prompts up to `longest` tokens, each decoding up to
+    `max_new_tokens`, keep the KV cache within CACHE_BYTES and, for a model that cannot keep only the last position's
+    logits (`keep_last` false), the first step's logits within PREFILL_LOGITS."""
+    if per_token := _cache_bytes_per_token(model):
+        limit = max(1, min(limit, CACHE_BYTES // (per_token * (longest + max_new_tokens))))
+    if not keep_last:
+        limit = max(1, min(limit, PREFILL_LOGITS // (longest * max(1, len(tokenizer)))))
+    return limit
+
+
 @torch.no_grad()
 def generate_greedy_batch(model, tokenizer, prompts: list[list[int]], *, max_new_tokens: int = 256,
                           stop_ids: set[int] | None = None, batch_size: int = 16,
@@ -67,11 +78,8 @@ def generate_greedy_batch(model, tokenizer, prompts: list[list[int]], *, max_new
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: use 1 or more")
     if prompts:
-        longest = max(map(len, prompts))
-        if per_token := _cache_bytes_per_token(model):
-            batch_size = max(1, min(batch_size, CACHE_BYTES // (per_token * (longest + max_new_tokens))))
-        if not _keeps_last_logits_only(model):
-            batch_size = max(1, min(batch_size, PREFILL_LOGITS // (longest * max(1, len(tokenizer)))))
+        batch_size = rows_within_bounds(model, tokenizer, max(map(len, prompts)), max_new_tokens, batch_size,
+                                        _keeps_last_logits_only(model))
     if temperature > 0 and (seeds is None or len(seeds) != len(prompts)):
         raise ValueError("sampling in a batch needs one seed per prompt (seeds=[...])")
     stop_ids = stop_token_ids(tokenizer, model) if stop_ids is None else stop_ids

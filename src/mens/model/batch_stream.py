@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mens.model.batch_decode import CACHE_BYTES, PREFILL_LOGITS, _cache_bytes_per_token, _drop_ended, _left_padded
+from mens.model.batch_decode import _drop_ended, _left_padded, rows_within_bounds
 from mens.model.generate import _Detokenizer, _keeps_last_logits_only, _last_logits, _model_choice, stop_token_ids
 
 WAIT_S = 0.05
@@ -49,7 +49,6 @@ class _Row:
     stop_text: Callable[[str], bool] | None = None
     pieces: deque = field(default_factory=deque)
     arrived: float = 0.0
-    produced: int = 0
     done: bool = False
     """No more text will be added (ended, cancelled, left or failed)."""
     left: bool = False
@@ -162,15 +161,12 @@ class BatchStreamer:
     def _start(self) -> _Batch:
         """A batch of the waiting rows, oldest first, as many as `max_rows` and the cache bound allow (called with
         the lock held, by a reader whose own row waits, so there is at least one)."""
-        per_token = _cache_bytes_per_token(self.model)
         take: list[_Row] = []
+        longest = new_tokens = 0
         for row in self._pending:
-            rows = [*take, row]
-            longest = max(len(r.ids) for r in rows)
-            if take and (len(rows) > self.max_rows
-                         or (per_token and per_token * len(rows) * (longest + max(r.max_new_tokens for r in rows))
-                             > CACHE_BYTES)
-                         or (not self.keep_last and len(rows) * longest * len(self.tokenizer) > PREFILL_LOGITS)):
+            longest, new_tokens = max(longest, len(row.ids)), max(new_tokens, row.max_new_tokens)
+            if take and len(take) + 1 > rows_within_bounds(self.model, self.tokenizer, longest, new_tokens,
+                                                           self.max_rows, self.keep_last):
                 break
             take.append(row)
         self._pending = self._pending[len(take):]
@@ -224,8 +220,8 @@ class BatchStreamer:
             row.on_token(token)
         if piece := row.detok.push(token):
             row.pieces.append(piece)
-        row.produced += 1
-        if row.produced >= row.max_new_tokens or (row.stop_text is not None and row.stop_text(row.detok.text_with())):
+        if len(row.detok.ids) >= row.max_new_tokens or (
+                row.stop_text is not None and row.stop_text(row.detok.text_with())):
             self._end(row)
 
     @staticmethod
