@@ -22,13 +22,12 @@ import importlib.util
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+import step_ab
 from machine import REPO, machine
 
 LOSS_FILE = "src/mens/train/loss.py"
@@ -48,55 +47,14 @@ def load_base(rev: str):
 
 
 def paired_steps(data: Path, steps: int, base) -> dict:
-    from mens.dogfood.pipeline import SHORT_SYSTEM_PROMPT
-    from mens.train import loop, loss
-    from mens.train.resolve import resolve_config
-    from mens.train.run import autocast_dtype, run_training
+    """step_ab's pairing with the base revision's loss as the other side; the record keeps this bench's names."""
+    from mens.train import loss
 
-    out = Path(tempfile.mkdtemp(prefix="mens-loss-ab-")) / "run"
-    tc = resolve_config(overrides={"eval.val_fraction": 0.0},
-                        flags={"data": str(data), "output_dir": str(out), "model": "smollm2-135m", "device": "cpu",
-                               "seed": 0, "system_prompt": SHORT_SYSTEM_PROMPT})
-    tc.max_steps, tc.eval_every, tc.save_every, tc.log_every_s = steps, 0, 0, 3600.0
-    versions = {"tree": loss.supervised_loss_sum, "base": base.supervised_loss_sum}
-    seconds: dict[str, list[float]] = {v: [] for v in versions}
-    sums: dict[str, list[float]] = {v: [] for v in versions}
-    accumulate, calls = loop.accumulate_gradients, [0]
-
-    def paired(model, micro, *args, **kwargs):
-        calls[0] += 1
-        if calls[0] >= 3:  # the first two steps allocate and warm up
-            params = [p for p in model.parameters() if p.requires_grad]
-            grads = [p.grad for p in params]
-            for name in ("tree", "base") if calls[0] % 2 else ("base", "tree"):
-                loss.supervised_loss_sum = versions[name]
-                for p in params:
-                    p.grad = None
-                t0 = time.perf_counter()
-                sums[name].append(accumulate(model, micro, *args, **kwargs))
-                seconds[name].append(time.perf_counter() - t0)
-            loss.supervised_loss_sum = versions["tree"]
-            for p, g in zip(params, grads, strict=True):
-                p.grad = g
-        return accumulate(model, micro, *args, **kwargs)
-
-    loop.accumulate_gradients = paired
-    try:
-        run_training(tc)
-    finally:
-        loop.accumulate_gradients, loss.supervised_loss_sum = accumulate, versions["tree"]
-    ratios = [b / t for b, t in zip(seconds["base"], seconds["tree"], strict=True)]
-    gap = max(abs(a - b) / max(abs(b), 1e-9) for a, b in zip(sums["tree"], sums["base"], strict=True))
-    return {"pairs": len(ratios), "matmul_dtype": autocast_dtype(tc.autocast, "cpu", "lora") or "f32",
-            "tree_step_s": {"median": round(statistics.median(seconds["tree"]), 3),
-                            "mean": round(statistics.mean(seconds["tree"]), 3)},
-            "base_step_s": {"median": round(statistics.median(seconds["base"]), 3),
-                            "mean": round(statistics.mean(seconds["base"]), 3)},
-            "ratio_base_over_tree": {"median": round(statistics.median(ratios), 4),
-                                     "mean": round(statistics.mean(ratios), 4),
-                                     "stdev": round(statistics.stdev(ratios), 4) if len(ratios) > 1 else None,
-                                     "min": round(min(ratios), 4), "max": round(max(ratios), 4)},
-            "loss_sum_max_relative_gap": gap}
+    versions = {"tree": loss.supervised_loss_sum, "other": base.supervised_loss_sum}
+    run = step_ab.paired_steps(data, steps, lambda side: setattr(loss, "supervised_loss_sum", versions[side]))
+    return {"pairs": run["pairs"], "matmul_dtype": run["matmul_dtype"], "tree_step_s": run["tree_step_s"],
+            "base_step_s": run["other_step_s"], "ratio_base_over_tree": run["ratio_other_over_tree"],
+            "loss_sum_max_relative_gap": run["loss_sum_max_relative_gap"]}
 
 
 def main() -> None:

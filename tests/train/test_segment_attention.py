@@ -470,3 +470,59 @@ def test_the_preflight_leak_check_covers_the_shared_layout(monkeypatch):
 
     monkeypatch.setattr(packing, "collate_shared", no_prefix_attention)
     assert packing_leaks(model, "cpu", NULL, 300)
+
+
+def _short_examples(g, heads=(4, 2), n=9, d=8):
+    q = torch.randn(1, heads[0], n, d, generator=g)
+    k, v = (torch.randn(1, heads[1], n, d, generator=g) for _ in range(2))
+    return q, k, v, torch.tensor([0, 3, n], dtype=torch.int32)
+
+
+def test_short_examples_under_cpu_bf16_autocast_attend_in_f32(monkeypatch):
+    """Under CPU bf16 autocast, a call whose examples are at most F32_ATTENTION_MAX_TOKENS long is the f32 attention
+    of the same inputs, handed back in bf16 as autocast would; a longer one (or the knob at 0) stays in bf16."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v, cu = _short_examples(g)
+    module = torch.nn.Module().eval()
+    exact, _ = segment_attention_forward(module, q, k, v.bfloat16().float(), None, cu_seq_lens_q=cu)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, _ = segment_attention_forward(module, q, k, v.bfloat16(), None, cu_seq_lens_q=cu)
+        monkeypatch.setattr(segment_attention, "F32_ATTENTION_MAX_TOKENS", 5)  # the second example has 6 tokens
+        half, _ = segment_attention_forward(module, q, k, v.bfloat16(), None, cu_seq_lens_q=cu)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, exact.to(torch.bfloat16))
+    assert half.dtype == torch.bfloat16 and not torch.equal(half, got)
+    assert (half.float() - exact).abs().max() <= 0.05 * exact.abs().max()  # bf16 rounding apart
+
+
+def test_the_f32_form_counts_a_shared_prefix_and_passes_gradients_back_in_their_dtypes(monkeypatch):
+    g = torch.Generator().manual_seed(1)
+    q, k, v, _ = _short_examples(g, n=10)
+    cu = torch.tensor([0, 4, 7, 10], dtype=torch.int32)  # a 4-token prefix, then two examples of 3 sharing it
+    module = torch.nn.Module().eval()
+    monkeypatch.setattr(segment_attention, "F32_ATTENTION_MAX_TOKENS", 7)  # 3 + the prefix's 4: in f32
+    q.requires_grad_(True)
+    vb = v.bfloat16().requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = segment_attention_forward(module, q, k, vb, None, cu_seq_lens_q=cu, shared_prefix_len=4,
+                                           shared_prefix_end=10)
+    exact, _ = segment_attention_forward(module, q.detach().clone().requires_grad_(True), k,
+                                         v.bfloat16().float(), None, cu_seq_lens_q=cu, shared_prefix_len=4,
+                                         shared_prefix_end=10)  # with gradients, as `out` (the kernel differs)
+    assert torch.equal(out, exact.to(torch.bfloat16))
+    out.float().sum().backward()
+    assert q.grad.dtype == torch.float32 and vb.grad.dtype == torch.bfloat16
+    monkeypatch.setattr(segment_attention, "F32_ATTENTION_MAX_TOKENS", 6)  # the prefix makes them 7: bf16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        half, _ = segment_attention_forward(module, q.detach(), k, v.bfloat16(), None, cu_seq_lens_q=cu,
+                                            shared_prefix_len=4, shared_prefix_end=10)
+    assert not torch.equal(half, out)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_bound_under_cpu_bf16_autocast_it_trains_as_the_block_mask(arch):
+    bf16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
+    rows = _rows()
+    ref, seg = _model(arch), _model(arch)
+    own, _ = bind_segment_attention(seg, "cpu", bf16, 300)
+    assert own == "sdpa" and uses_segment_attention(seg)
+    _assert_same_training_in_half_precision(ref, seg, rows, "cpu", bf16)

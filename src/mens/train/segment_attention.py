@@ -34,6 +34,12 @@ from mens.train.packing import ISOLATION_TOLERANCE  # the probes' bar: the prefl
 SEGMENT_ATTENTION = "auto"  # "auto": per-example attention for packed rows where it matches; "off": the block mask
 SHARED_PREFIX = "auto"  # "auto": a micro-batch's common prefix laid out once where it matches; "off": never
 _SHARING: weakref.WeakSet = weakref.WeakSet()  # models (without a peft wrapper) bound to share prefixes
+F32_ATTENTION_MAX_TOKENS = 384
+"""On CPU under bf16 autocast, a call whose examples are all at most this long (a shared prefix counted in)
+attends in f32, then hands its output back in bf16 as autocast would. torch's CPU flash kernel has a large fixed
+cost per call in bf16: forward and backward of one example took 3-4x as long in bf16 as in f32 at 16-64 tokens,
+2x at 128 and about the same at 384-512 (bench/results/cpu_attention_dtype-*.json); dogfood's examples are mostly
+under 100 tokens. f32 is the more exact of the two. 0 keeps autocast's dtype for every call."""
 NAME = "mens_segments"
 
 
@@ -52,7 +58,6 @@ def segment_attention_forward(module, query, key, value, attention_mask, dropout
     a position bias, non-causal attention) raises NotImplementedError: the binding probe then keeps the model's own
     attention, and after binding such a call is a bug to report, never a silent wrong answer."""
     import torch
-    import torch.nn.functional as F
 
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if (attention_mask is not None or softcap is not None or s_aux is not None or position_bias is not None
@@ -71,6 +76,23 @@ def segment_attention_forward(module, query, key, value, attention_mask, dropout
         return _flash_varlen(query, key, value, cu_seq_lens_q, kwargs.get("max_length_q"), p, scaling,
                              sliding_window, gqa, shared=shared), None
     bounds = [0, query.shape[2]] if cu_seq_lens_q is None else [int(b) for b in cu_seq_lens_q.tolist()]
+    prefix = (shared_prefix_len, shared_prefix_end)
+    half = _f32_instead_of(query, bounds, prefix)
+    if half is None:
+        return _each_example(query, key, value, bounds, p, scaling, sliding_window, gqa, prefix), None
+    with torch.autocast("cpu", enabled=False):
+        out = _each_example(query.float(), key.float(), value.float(), bounds, p, scaling, sliding_window, gqa, prefix)
+    return out.to(half), None
+
+
+def _each_example(query, key, value, bounds: list[int], p: float, scaling, sliding_window, gqa: bool,
+                  prefix: tuple[int, int]):
+    """The CPU form: each example between `bounds` attended on its own by torch's sdpa, (B, T, H, D) out. `prefix`:
+    (length, end of the examples that start after it) of a shared-prefix layout, (0, 0) without one."""
+    import torch
+    import torch.nn.functional as F
+
+    shared_prefix_len, shared_prefix_end = prefix
     outs = []
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         if end <= start:
@@ -96,11 +118,26 @@ def segment_attention_forward(module, query, key, value, attention_mask, dropout
             outs.append(F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p, scale=scaling,
                                                        enable_gqa=gqa))
     out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
-    return out.transpose(1, 2).contiguous(), None
+    return out.transpose(1, 2).contiguous()
 
 
 def _use_flash(query) -> bool:
     return query.is_cuda
+
+
+def _f32_instead_of(query, bounds: list[int], prefix: tuple[int, int]):
+    """The half dtype that CPU autocast would attend in, where this call should attend in f32 instead (every
+    example's keys, a shared prefix's included, at most F32_ATTENTION_MAX_TOKENS); else None."""
+    import torch
+
+    if query.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+        return None
+    half = torch.get_autocast_dtype("cpu")
+    length, end = prefix
+    keys = [b - a + (length if length and length <= a < end else 0)
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    short = max(keys, default=0) <= F32_ATTENTION_MAX_TOKENS
+    return half if short and half in (torch.bfloat16, torch.float16) else None
 
 
 def _flash_varlen(query, key, value, cu_seq_lens, max_length, dropout: float, scaling, sliding_window, gqa: bool,
