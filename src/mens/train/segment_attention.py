@@ -37,9 +37,9 @@ _SHARING: weakref.WeakSet = weakref.WeakSet()  # models (without a peft wrapper)
 F32_ATTENTION_MAX_TOKENS = 384
 """On CPU under bf16 autocast, a call whose examples are all at most this long (a shared prefix counted in)
 attends in f32, then hands its output back in bf16 as autocast would. torch's CPU flash kernel has a large fixed
-cost per call in bf16: forward and backward of one example took 3-4x as long in bf16 as in f32 at 16-64 tokens,
-2x at 128 and about the same at 384-512 (bench/results/cpu_attention_dtype-*.json); dogfood's examples are mostly
-under 100 tokens. f32 is the more exact of the two. 0 keeps autocast's dtype for every call."""
+cost per call in bf16, so f32 is several times faster on short examples and no slower up to about this length
+(docs/benchmarks.md, "Attention in f32 for short examples, measured inside one run"); dogfood's examples are mostly
+short. f32 is the more exact of the two. 0 keeps autocast's dtype for every call."""
 NAME = "mens_segments"
 
 
