@@ -124,14 +124,17 @@ def main() -> None:
         sys.exit(f"--steps {a.steps}: expected at least 4 (the first two are not paired)")
     try:
         module, name, value = parse_knob(a.knob)
-        switch, tree_value = knob_switch(module, name, value)
-    except (ValueError, ImportError) as e:
+    except ValueError as e:
         sys.exit(str(e))
     from mens.train.allocator import preload_env
 
     env = preload_env(os.environ)
     if env is not None:  # run on the training commands' allocator, as dogfood's training does
         os.execvpe(sys.executable, [sys.executable, *sys.argv], env)
+    try:  # after the re-exec: the knob's module may import torch, which the process replaced above would waste
+        switch, tree_value = knob_switch(module, name, value)
+    except (ValueError, ImportError) as e:
+        sys.exit(str(e))
     import torch
 
     tree = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
