@@ -51,7 +51,11 @@ def paired_steps(data: Path, steps: int, base) -> dict:
     from mens.train import loss
 
     versions = {"tree": loss.supervised_loss_sum, "other": base.supervised_loss_sum}
-    run = step_ab.paired_steps(data, steps, lambda side: setattr(loss, "supervised_loss_sum", versions[side]))
+
+    def switch(side: str, model=None) -> None:
+        loss.supervised_loss_sum = versions[side]
+
+    run = step_ab.paired_steps(data, steps, switch)
     return {"pairs": run["pairs"], "matmul_dtype": run["matmul_dtype"], "tree_step_s": run["tree_step_s"],
             "base_step_s": run["other_step_s"], "ratio_base_over_tree": run["ratio_other_over_tree"],
             "loss_sum_max_relative_gap": run["loss_sum_max_relative_gap"]}

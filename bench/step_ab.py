@@ -14,6 +14,7 @@ allocator mens' training commands use (mimalloc where installed), without the va
 
 Run:  python bench/step_ab.py --data RUN/data/train.jsonl --knob MODULE:NAME=VALUE [--steps 40] [--output PATH]
       e.g. --knob mens.train.segment_attention:F32_ATTENTION_MAX_TOKENS=0
+      or   --knob mens.train.bf16_base:BF16_BASE=off (bound once per run: its other side swaps the weights)
       (writes bench/results/step_ab-<host>.json by default)
 """
 
@@ -36,9 +37,10 @@ from pathlib import Path
 from machine import REPO, machine
 
 
-def paired_steps(data: Path, steps: int, switch: Callable[[str], None]) -> dict:
+def paired_steps(data: Path, steps: int, switch: Callable[..., None]) -> dict:
     """Train `steps` steps of dogfood's recipe; from the third, each step's micro-batches run once as "tree" and
-    once as "other" (`switch(name)` makes that side current) before the step trains as "tree"."""
+    once as "other" (`switch(name, model)` makes that side current; after the run, `switch("tree", None)`) before
+    the step trains as "tree"."""
     from mens.dogfood.pipeline import SHORT_SYSTEM_PROMPT
     from mens.train import loop
     from mens.train.resolve import resolve_config
@@ -59,13 +61,13 @@ def paired_steps(data: Path, steps: int, switch: Callable[[str], None]) -> dict:
             params = [p for p in model.parameters() if p.requires_grad]
             grads = [p.grad for p in params]
             for name in ("tree", "other") if calls[0] % 2 else ("other", "tree"):
-                switch(name)
+                switch(name, model)
                 for p in params:
                     p.grad = None
                 t0 = time.perf_counter()
                 sums[name].append(accumulate(model, micro, *args, **kwargs))
                 seconds[name].append(time.perf_counter() - t0)
-            switch("tree")
+            switch("tree", model)
             for p, g in zip(params, grads, strict=True):
                 p.grad = g
         return accumulate(model, micro, *args, **kwargs)
@@ -75,7 +77,7 @@ def paired_steps(data: Path, steps: int, switch: Callable[[str], None]) -> dict:
         run_training(tc)
     finally:
         loop.accumulate_gradients = accumulate
-        switch("tree")
+        switch("tree", None)
     ratios = [o / t for o, t in zip(seconds["other"], seconds["tree"], strict=True)]
     gap = max(abs(a - b) / max(abs(b), 1e-9) for a, b in zip(sums["tree"], sums["other"], strict=True))
     return {"pairs": len(ratios), "matmul_dtype": autocast_dtype(tc.autocast, "cpu", "lora") or "f32",
@@ -102,13 +104,39 @@ def parse_knob(text: str) -> tuple[str, str, object]:
     return module, name, value
 
 
-def knob_switch(module_name: str, name: str, value) -> tuple[Callable[[str], None], object]:
+def knob_switch(module_name: str, name: str, value) -> tuple[Callable[..., None], object]:
     """The switch between the tree's value of `module_name.name` ("tree") and `value` ("other"), and the tree's."""
     module = importlib.import_module(module_name)
     if not hasattr(module, name):
         raise ValueError(f"{module_name} has no {name}")
     tree = getattr(module, name)
-    return (lambda side: setattr(module, name, tree if side == "tree" else value)), tree
+    if (module_name, name) == ("mens.train.bf16_base", "BF16_BASE"):
+        if (tree, value) != ("auto", "off"):
+            raise ValueError(f"{module_name}:{name}: compared as the tree's 'auto' against 'off' only")
+        return bf16_base_switch(), tree
+    return (lambda side, model=None: setattr(module, name, tree if side == "tree" else value)), tree
+
+
+def bf16_base_switch() -> Callable[..., None]:
+    """BF16_BASE is read once, when training binds the model: its "off" side puts each bf16-held base weight's f32
+    copy in its place (exact: autocast casts it back to the same bf16 values on every call, as it casts an f32 base)."""
+    import torch
+
+    held: dict = {}  # base projection -> (its bf16 weight, that weight in f32)
+
+    def switch(side: str, model=None) -> None:
+        if not held and model is not None:
+            for m in model.modules():
+                w = getattr(m, "weight", None)
+                if type(m) is torch.nn.Linear and w is not None and w.dtype == torch.bfloat16:
+                    held[m] = (w, torch.nn.Parameter(w.detach().float(), requires_grad=False))
+            if not held:
+                raise RuntimeError("no base projection is held in bf16: the run did not bind mens.train.bf16_base "
+                                   "(it needs a CPU with native bf16, or the cpu preset's autocast)")
+        for m, (bf16, f32) in held.items():
+            m.weight = bf16 if side == "tree" else f32
+
+    return switch
 
 
 def main() -> None:

@@ -37,3 +37,48 @@ def test_the_switch_sets_the_other_value_and_restores_the_trees():
     assert segment_attention.F32_ATTENTION_MAX_TOKENS == tree
     with pytest.raises(ValueError, match="has no"):
         ab.knob_switch("mens.train.segment_attention", "NO_SUCH_KNOB", 1)
+
+
+def _bound_lora():
+    import torch
+    import transformers
+
+    from mens.model.lora import attach_lora
+    from mens.train import bf16_base
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    model = attach_lora(transformers.LlamaForCausalLM(cfg), r=2, alpha=4, dropout=0.0)
+    return model, bf16_base.bind(model)
+
+
+def test_the_bf16_base_switch_swaps_the_bound_weights_for_their_exact_f32_copies():
+    """BF16_BASE is read once per run, so its other side is made on the bound model's weights."""
+    import torch
+
+    model, swapped = _bound_lora()
+    switch, seen = ab.knob_switch("mens.train.bf16_base", "BF16_BASE", "off")
+    assert seen == "auto" and len(swapped) == 7
+    held = {base: base.weight for base, _ in swapped}
+    switch("other", model)
+    assert all(base.weight.dtype == torch.float32 and torch.equal(base.weight, w.float()) for base, w in held.items())
+    switch("tree", model)
+    assert all(base.weight is w for base, w in held.items())
+    switch("other", model)
+    switch("tree", None)  # after the run: no model at hand, the same weights go back
+    assert all(base.weight is w for base, w in held.items())
+    with pytest.raises(ValueError, match="'auto' against 'off'"):
+        ab.knob_switch("mens.train.bf16_base", "BF16_BASE", "auto")
+
+
+def test_the_bf16_base_switch_refuses_a_run_that_did_not_bind():
+    import torch
+
+    model, swapped = _bound_lora()
+    for base, w in swapped:
+        base.weight = w
+    switch, _ = ab.knob_switch("mens.train.bf16_base", "BF16_BASE", "off")
+    with pytest.raises(RuntimeError, match="did not bind"):
+        switch("other", model)
+    assert all(base.weight.dtype == torch.float32 for base, _ in swapped)

@@ -450,6 +450,12 @@ def run_training(cfg: TrainConfig, *, val_share: float = 1.0) -> dict:
         calibrate=lambda: first_loss(model, inp.rows[:4], pad_id, device, autocast))
     if int8_note:
         pf.ok("int8 base", int8_note)
+    from mens.train import bf16_base
+
+    bf16_swapped, bf16_note = bf16_base.bind_for_training(model, amp=amp, device=device, backend=cfg.backend,
+                                                          sharded=d.sharded)
+    if bf16_note:
+        pf.ok("bf16 base", bf16_note)
     if cfg.backend != "full" and not d.sharded:
         from mens.train.lora_mlp import fuse_lora_mlps
 
@@ -510,6 +516,7 @@ def run_training(cfg: TrainConfig, *, val_share: float = 1.0) -> dict:
         raise
     finally:
         int8_base.restore(int8_swapped)  # the saved adapter, eval and merge see the f32 base
+        bf16_base.restore(bf16_swapped)
         if own_attention is not None:  # a later use of this model in the process (eval, generation) gets its own
             from mens.train.segment_attention import restore_attention
 
