@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
-from tiny_archs import live_lora, tiny_model
+from tiny_archs import live_lora, loss_and_grads, tiny_model
 from train_tiny import tiny_config
 
 from mens.train import bf16_base
@@ -19,15 +19,6 @@ from mens.train.telemetry import read_events
 CPU_BF16 = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
 
 
-def _loss_and_grads(model):
-    ids = torch.randint(2, 300, (2, 16), generator=torch.Generator().manual_seed(1))
-    model.zero_grad(set_to_none=True)
-    with CPU_BF16():
-        loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_same_loss_and_gradients_to_the_bit_and_restore_is_exact(arch, fused):
@@ -35,12 +26,12 @@ def test_same_loss_and_gradients_to_the_bit_and_restore_is_exact(arch, fused):
     model = live_lora(tiny_model(arch))
     if fused:
         assert fuse_lora_mlps(model, CPU_BF16)
-    loss0, grads0 = _loss_and_grads(model)
+    loss0, grads0 = loss_and_grads(model, CPU_BF16)
     f32 = {n: p for n, p in model.named_parameters()}
     swapped = bf16_base.bind(model)
     assert len(swapped) == 2 * 7  # q, k, v, o, gate, up, down in each of two layers
     assert all(base.weight.dtype == torch.bfloat16 and not base.weight.requires_grad for base, _ in swapped)
-    loss1, grads1 = _loss_and_grads(model)
+    loss1, grads1 = loss_and_grads(model, CPU_BF16)
     assert loss1 == loss0
     assert grads1.keys() == grads0.keys()
     for name, g in grads0.items():

@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 import torch
-from tiny_archs import live_lora, tiny_model
+from tiny_archs import live_lora, loss_and_grads, tiny_model
 
 from mens.train import flat_4bit, lora_mlp
 from mens.train.kernels import bind_layer_kernels
@@ -20,15 +20,6 @@ def _model(arch: str, dropout: float = 0.0, seed: int = 0):
     return live_lora(tiny_model(arch, seed=seed), dropout=dropout, seed=seed)
 
 
-def _loss_and_grads(model, autocast=contextlib.nullcontext):
-    ids = torch.randint(2, 300, (2, 16), generator=torch.Generator().manual_seed(1))
-    model.zero_grad(set_to_none=True)
-    with autocast():
-        loss = model(input_ids=ids, labels=ids).loss
-    loss.backward()
-    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral", "qwen3_5"])
 def test_fused_mlp_gives_peft_loss_and_gradients(arch):
     ref = _model(arch)
@@ -36,8 +27,8 @@ def test_fused_mlp_gives_peft_loss_and_gradients(arch):
     note = fuse_lora_mlps(fused, contextlib.nullcontext)
     assert note == "2 of 2 decoder layers (gated-MLP products recomputed in backward)"
     assert sum(is_fused(m) for m in fused.modules()) == 2
-    loss0, grads0 = _loss_and_grads(ref)
-    loss1, grads1 = _loss_and_grads(fused)
+    loss0, grads0 = loss_and_grads(ref)
+    loss1, grads1 = loss_and_grads(fused)
     assert loss1 == pytest.approx(loss0, rel=1e-6)
     assert grads0.keys() == grads1.keys() and any("mlp.down_proj.lora_A" in n for n in grads0)
     for name, g in grads0.items():
@@ -47,8 +38,8 @@ def test_fused_mlp_gives_peft_loss_and_gradients(arch):
 def test_fused_mlp_under_bf16_autocast():
     ref, fused = _model("qwen2"), _model("qwen2")
     assert fuse_lora_mlps(fused, CPU_BF16)
-    loss0, grads0 = _loss_and_grads(ref, CPU_BF16)
-    loss1, grads1 = _loss_and_grads(fused, CPU_BF16)
+    loss0, grads0 = loss_and_grads(ref, CPU_BF16)
+    loss1, grads1 = loss_and_grads(fused, CPU_BF16)
     assert loss1 == pytest.approx(loss0, rel=1e-3)
     for name, g in grads0.items():
         assert grads1[name].dtype == torch.float32  # the f32 master adapters get f32 gradients
@@ -117,8 +108,8 @@ def test_fused_mlp_over_4bit_base(tiny_model_dir, monkeypatch, flat_absmax):
     ref, fused = build(), build()
     assert fuse_lora_mlps(fused, contextlib.nullcontext) == "2 of 2 decoder layers (gated-MLP products recomputed " \
                                                              "in backward)"
-    loss0, grads0 = _loss_and_grads(ref)
-    loss1, grads1 = _loss_and_grads(fused)
+    loss0, grads0 = loss_and_grads(ref)
+    loss1, grads1 = loss_and_grads(fused)
     assert loss1 == pytest.approx(loss0, rel=1e-5)
     for name, g in grads0.items():
         assert torch.allclose(grads1[name], g, rtol=1e-3, atol=1e-5 * g.abs().max().item() + 1e-7), name

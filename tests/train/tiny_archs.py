@@ -81,3 +81,18 @@ def live_lora(model, r: int = 4, alpha: int = 8, dropout: float = 0.0, seed: int
                 w = module.lora_B["default"].weight
                 w.copy_(torch.randn(w.shape, generator=gen) * 0.1)  # drawn on the CPU: the same on any device
     return model
+
+
+def loss_and_grads(model, autocast=None):
+    """Loss and the trainable parameters' gradients (cloned, by name) of one forward and backward on a fixed
+    (2, 16) batch of token ids, under `autocast()` when given."""
+    import contextlib
+
+    import torch
+
+    ids = torch.randint(2, 300, (2, 16), generator=torch.Generator().manual_seed(1))
+    model.zero_grad(set_to_none=True)
+    with (autocast or contextlib.nullcontext)():
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
