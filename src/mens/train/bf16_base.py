@@ -1,8 +1,9 @@
 """Frozen base projections held in bf16 for a LoRA run under bf16 autocast on CPU.
 
 Why by hand: autocast keeps the bf16 copy it makes of a weight only for leaf tensors that require grad, so a
-frozen f32 projection is cast again on every call: every step reads each frozen weight in f32 and writes a bf16
-copy in the forward pass, and the fused LoRA MLP's backward (mens.train.lora_mlp) casts its three weights again.
+frozen f32 projection is cast anew on every call: every step reads each frozen weight in f32 and writes a bf16
+copy in the forward pass, and the fused LoRA MLP's backward (mens.train.lora_mlp) casts its three weights a second
+time.
 The matmul then reads that copy. Holding the bf16 copy in place of the f32 weight gives autocast exactly the
 tensor it would have made (the same rounding, so the same step to the bit) without the casts. The step's speed
 with and without it, paired inside one run: docs/benchmarks.md ("Frozen base weights held in bf16").
