@@ -85,3 +85,14 @@ def test_a_run_trains_the_same_steps_and_saves_the_same_adapter(data_dir, tmp_pa
     assert held[2] == cast[2] and len(held[2]) == 3  # every step's loss, to the bit
     assert held[3].keys() == cast[3].keys()
     assert all(torch.equal(held[3][k], cast[3][k]) for k in held[3])  # the saved adapter, to the bit
+
+
+def test_copies_that_do_not_fit_the_memory_left_are_not_made():
+    model = live_lora(tiny_model("llama"))
+    kw = dict(amp="bf16", device="cpu", backend="lora", sharded=False)
+    swapped, note = bf16_base.bind_for_training(model, spare_gb=1e-6, **kw)
+    assert swapped == [] and note.startswith("kept f32: the bf16 copies of 14 frozen base projections")
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    swapped, note = bf16_base.bind_for_training(model, spare_gb=1.0, **kw)
+    assert len(swapped) == 14 and "held in bf16" in note
+    bf16_base.restore(swapped)

@@ -24,34 +24,50 @@ BF16_BASE = "auto"
 autocast casts them on every call (the benchmark's A/B)."""
 
 
-def bind_for_training(model, *, amp: str | None, device: str, backend: str, sharded: bool) -> tuple[list, str | None]:
+def bind_for_training(model, *, amp: str | None, device: str, backend: str, sharded: bool,
+                      spare_gb: float | None = None) -> tuple[list, str | None]:
     """Hold the frozen base projections in bf16 where it applies; returns what `restore` needs and the preflight
-    note (None where it does not apply)."""
+    note (None where it does not apply). `spare_gb`: what the run's memory estimate leaves of the process's share
+    (None: unknown); copies that would not fit in it are not made, and the note says so."""
     if BF16_BASE == "off" or amp != "bf16" or device != "cpu" or backend != "lora" or sharded:
         return [], None
-    swapped = bind(model)
-    if not swapped:
+    targets = frozen_projections(model)
+    if not targets:
         return [], None
-    mb = sum(w.numel() for _, w in swapped) * 2 / 2**20
+    mb = sum(base.weight.numel() for base in targets) * 2 / 2**20
+    if spare_gb is not None and mb / 1024 > spare_gb:
+        return [], (f"kept f32: the bf16 copies of {len(targets)} frozen base projections ({mb:.0f} MB) do not fit "
+                    f"the {max(0.0, spare_gb) * 1024:.0f} MB the run's memory estimate leaves; autocast casts them "
+                    "on every call instead")
+    swapped = bind(model)
     return swapped, (f"{len(swapped)} frozen base projections held in bf16 ({mb:.0f} MB beside their f32 weights, "
                      "which come back after training): autocast's own cast, made once instead of every call")
 
 
-def bind(model) -> list[tuple[torch.nn.Linear, torch.nn.Parameter]]:
-    """Replace each frozen f32 CPU weight of a LoRA-adapted nn.Linear base by its bf16 copy; returns
-    (module, f32 weight) pairs for `restore`. Weights shared with the embeddings are left alone."""
+def frozen_projections(model) -> list[torch.nn.Linear]:
+    """The nn.Linear bases of LoRA-adapted projections whose weight is frozen, f32, on the CPU and not shared with
+    the embeddings: the ones `bind` holds in bf16."""
     from peft.tuners.lora import LoraLayer
 
     shared = {id(getattr(m, "weight", None)) for m in (model.get_input_embeddings(), model.get_output_embeddings())
               if m is not None}
-    swapped = []
+    found = []
     for module in model.modules():
         base = getattr(module, "base_layer", None)
         if not isinstance(module, LoraLayer) or type(base) is not torch.nn.Linear:
             continue
         w = base.weight
-        if w.requires_grad or w.dtype != torch.float32 or w.device.type != "cpu" or id(w) in shared:
-            continue
+        if not w.requires_grad and w.dtype == torch.float32 and w.device.type == "cpu" and id(w) not in shared:
+            found.append(base)
+    return found
+
+
+def bind(model) -> list[tuple[torch.nn.Linear, torch.nn.Parameter]]:
+    """Replace the weight of each of `frozen_projections(model)` by its bf16 copy; returns (module, f32 weight)
+    pairs for `restore`."""
+    swapped = []
+    for base in frozen_projections(model):
+        w = base.weight
         base.weight = torch.nn.Parameter(w.detach().to(torch.bfloat16), requires_grad=False)
         swapped.append((base, w))
     return swapped

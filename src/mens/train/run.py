@@ -376,6 +376,18 @@ def _summary(cfg, inp: Inputs, st: LoopState, *, run_id, device, world, start_st
                    "telemetry_jsonl": TELEMETRY, "model_card": MODEL_CARD})
 
 
+def _spare_gb(cfg: TrainConfig, inp: Inputs, device: str, checkpointing: bool) -> float | None:
+    """What the run's memory estimate leaves of this process's share (probe.FIT_SHARE of it), or None if unknown."""
+    from mens.train.probe import FIT_SHARE, estimate_memory_gb
+
+    memory = fsdp.process_memory_gb(device)
+    if memory is None:
+        return None
+    est = estimate_memory_gb(inp.model_config, backend=cfg.backend, r=cfg.r, seq_len=cfg.seq_len,
+                             batch_size=cfg.batch_size, gradient_checkpointing=checkpointing)["total_gb"]
+    return FIT_SHARE * memory - est
+
+
 def run_training(cfg: TrainConfig, *, val_share: float = 1.0) -> dict:
     """Train and write the run directory; returns the run summary (empty on ranks other than 0). `val_share` < 1:
     validate on that share of the validation rows only (a run that is timed, or one whose time is budgeted; see
@@ -452,8 +464,9 @@ def run_training(cfg: TrainConfig, *, val_share: float = 1.0) -> dict:
         pf.ok("int8 base", int8_note)
     from mens.train import bf16_base
 
+    spare = _spare_gb(cfg, inp, device, checkpointing) if device == "cpu" and amp == "bf16" else None
     bf16_swapped, bf16_note = bf16_base.bind_for_training(model, amp=amp, device=device, backend=cfg.backend,
-                                                          sharded=d.sharded)
+                                                          sharded=d.sharded, spare_gb=spare)
     if bf16_note:
         pf.ok("bf16 base", bf16_note)
     if cfg.backend != "full" and not d.sharded:
