@@ -11,7 +11,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import post_train_stages  # noqa: E402
 
-from mens.dogfood.budget import POST_TRAIN_FACTOR, POST_TRAIN_FIXED_S  # noqa: E402
+from mens.dogfood.budget import (  # noqa: E402
+    POST_TRAIN_FACTOR,
+    POST_TRAIN_FACTOR_TRAINED,
+    POST_TRAIN_FIXED_S,
+)
 
 BEFORE = ("extract", "validate", "pairs", "generate", "mix", "heldout", "train")
 
@@ -57,3 +61,44 @@ def test_a_copy_whose_stages_did_not_finish_is_refused(tmp_path):
     copy = _finished(tmp_path / "df", {"eval-base": 100.0, "eval-tuned": 150.0})
     with pytest.raises(SystemExit, match="did not finish"):
         post_train_stages.row(copy, None)
+
+
+def _record(path: Path, *, steps: int | None, base: float, after: dict) -> Path:
+    rec = {"bench": "dogfood", "commit": "abc1234", "seed": 0, "cpu": "AMD EPYC", "native_bf16": True,
+           "stage_seconds": {"eval-base": base, **after}, "train": {"steps": steps}}
+    if steps is not None:
+        rec["budget"] = {"steps": steps, "recipe_steps": 742}
+    path.write_text(json.dumps(rec))
+    return path
+
+
+def test_records_are_read_by_the_share_of_the_recipe_their_plan_trained(tmp_path, monkeypatch):
+    """--records: each budgeted dogfood record is measured against the reserve its plan's share gets; records
+    without a plan are skipped, and the record sums up each factor's runs."""
+    stages = {"eval-tuned": 60.0, "gate": 0.0, "merge": 2.0, "parity": 40.0, "card": 2.0}  # 104 s after training
+    long_run = _record(tmp_path / "long.json", steps=600, base=40.0, after=stages)  # 0.81 of the recipe
+    short_run = _record(tmp_path / "short.json", steps=200, base=40.0, after=stages)
+    old = _record(tmp_path / "old.json", steps=None, base=40.0, after=stages)
+    out = tmp_path / "out.json"
+    monkeypatch.setattr(sys, "argv", ["post_train_stages.py", "--records", str(long_run), str(short_run), str(old),
+                                      "--output", str(out), "--commit", "abc1234"])
+    post_train_stages.main()
+    record = json.loads(out.read_text())
+    long_row, short_row = record["runs"]
+    assert long_row["record"] == "long.json" and long_row["planned_share"] == round(600 / 742, 3)
+    assert long_row["reserve_factor"] == POST_TRAIN_FACTOR_TRAINED and short_row["reserve_factor"] == POST_TRAIN_FACTOR
+    assert long_row["base_evals_beyond_fixed"] == short_row["base_evals_beyond_fixed"] == round((104 - 30) / 40, 2)
+    # 104 s against 2 x 40 + 30 = 110 s and 3 x 40 + 30 = 150 s: both held
+    assert long_row["reserve_s"] == 110 and short_row["reserve_s"] == 150 and record["all_held"]
+    assert record["by_factor"]["2"]["runs"] == record["by_factor"]["3"]["runs"] == 1
+    assert long_row["machine"]["cpu"] == "AMD EPYC" and long_row["commit"] == "abc1234"
+
+
+def test_records_and_directories_are_not_mixed(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["post_train_stages.py"])
+    with pytest.raises(SystemExit):
+        post_train_stages.main()
+    old = _record(tmp_path / "old.json", steps=None, base=40.0, after={})
+    monkeypatch.setattr(sys, "argv", ["post_train_stages.py", "--records", str(old)])
+    with pytest.raises(SystemExit, match="none of the --records"):
+        post_train_stages.main()

@@ -6,7 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from mens.dogfood.budget import MIN_STEPS, PROBE_VAL_SHARE, RUN_VAL_SHARE, Probe, parse_budget, plan_budget
+from mens.dogfood.budget import (
+    MIN_STEPS,
+    POST_TRAIN_FACTOR,
+    POST_TRAIN_FACTOR_TRAINED,
+    POST_TRAIN_FIXED_S,
+    PROBE_VAL_SHARE,
+    RUN_VAL_SHARE,
+    SAFETY,
+    TRAINED_SHARE,
+    Probe,
+    parse_budget,
+    plan_budget,
+)
 from mens.errors import UsageError
 
 
@@ -43,6 +55,31 @@ def test_a_slower_machine_gets_fewer_steps_and_a_fast_one_never_more_than_the_re
     slow = plan_budget(1800, 120, 100, _probe(step_s=12.0))
     fast = plan_budget(1800, 120, 100, _probe(step_s=0.5))
     assert slow.steps == 101 and fast.steps == 742 and "fit the budget" in fast.note
+
+
+def test_a_plan_that_trains_most_of_the_recipe_reserves_less_for_the_stages_after_it():
+    """The reserve follows the share of the recipe the plan trains: the smaller factor from TRAINED_SHARE on,
+    decided on the plan made with it (a plan under the share is made again with the larger reserve)."""
+    assert POST_TRAIN_FACTOR_TRAINED < POST_TRAIN_FACTOR
+
+    def fit(reserve, step_s):  # the plan's own arithmetic (see the first test)
+        return int((SAFETY * (1800 - 120 - reserve) - 15 - 10) // step_s)
+
+    trained = plan_budget(1800, 120, 40, _probe(step_s=2.0))
+    assert trained.reserve_factor == POST_TRAIN_FACTOR_TRAINED
+    assert trained.reserve_s == POST_TRAIN_FACTOR_TRAINED * 40 + POST_TRAIN_FIXED_S == 110
+    assert trained.steps == fit(110, 2.0) == 709 and trained.train_s == 1800 - 120 - 110
+    assert "2 base evaluations and 30 s" in trained.note and trained.steps >= TRAINED_SHARE * 742
+    # at the border: the smaller reserve fits just TRAINED_SHARE of the recipe, the larger would not
+    step_s = 2.87
+    border = plan_budget(1800, 120, 40, _probe(step_s=step_s))
+    assert fit(110, step_s) >= TRAINED_SHARE * 742 > fit(150, step_s)
+    assert border.reserve_factor == POST_TRAIN_FACTOR_TRAINED and border.steps == fit(110, step_s)
+    # a short run (a weaker model, longer answers to repair) keeps the larger reserve, and plans with it
+    short = plan_budget(1800, 120, 40, _probe(step_s=3.0))
+    assert fit(110, 3.0) < TRAINED_SHARE * 742
+    assert short.reserve_factor == POST_TRAIN_FACTOR and short.reserve_s == 150 and short.steps == fit(150, 3.0)
+    assert "3 base evaluations and 30 s" in short.note
 
 
 def test_a_budget_too_small_for_training_is_refused_with_the_numbers():

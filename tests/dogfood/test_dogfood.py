@@ -185,7 +185,7 @@ def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base, mo
     counts as spent."""
     import time
 
-    from mens.dogfood.budget import LAUNCHED_AT_ENV, POST_TRAIN_FACTOR, POST_TRAIN_FIXED_S
+    from mens.dogfood.budget import LAUNCHED_AT_ENV, POST_TRAIN_FACTOR_TRAINED, POST_TRAIN_FIXED_S
     from mens.dogfood.pipeline import Pipeline
 
     monkeypatch.setenv(LAUNCHED_AT_ENV, str(int(time.time()) - 600))
@@ -196,7 +196,9 @@ def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base, mo
     plan = json.loads((out / "data/budget.json").read_text())
     assert plan["steps"] == plan["recipe_steps"] == 3 and plan["budget_s"] == 3600
     base_eval_s = json.loads((out / "dogfood_state.json").read_text())["stages"]["eval-base"]["seconds"]
-    assert plan["reserve_s"] == pytest.approx(POST_TRAIN_FACTOR * base_eval_s + POST_TRAIN_FIXED_S, abs=0.2)
+    # the whole recipe fits: a trained model's reserve
+    assert plan["reserve_factor"] == POST_TRAIN_FACTOR_TRAINED
+    assert plan["reserve_s"] == pytest.approx(POST_TRAIN_FACTOR_TRAINED * base_eval_s + POST_TRAIN_FIXED_S, abs=0.2)
     assert plan["probe"]["step_s"] > 0 and plan["elapsed_s"] >= 600 and plan["cpu"] is not None
     assert not (out / "budget_probe").exists()  # the probe run is thrown away
     state = json.loads((out / "dogfood_state.json").read_text())

@@ -59,8 +59,17 @@ packed weights for decoding 2.62 and 2.46 (-pack-*.json). Those runs asked the s
 answers one at a time (about 57 s there); batched, the same 8 take about 18 s
 (bench/results/served-batch-speed-avx2-zen3-vm.json), about half a base evaluation less, so 3.0 covers what 3.5
 did. What the reserve leaves over goes unused at the end of the command; stages that run past it may still use the
-margin that the run's re-fitted length leaves below its time limit (mens.train.schedule.REFIT_TARGET: 3% of the
-training time, about 33 s there). Runs with 3.0: docs/benchmarks.md, "An AVX2-only CPU (Zen 3)"."""
+margin that the run's re-fitted length leaves below its time limit (mens.train.schedule.REFIT_TARGET). Runs with
+3.0: docs/benchmarks.md, "An AVX2-only CPU (Zen 3)". A plan that trains most of the recipe reserves
+POST_TRAIN_FACTOR_TRAINED instead."""
+POST_TRAIN_FACTOR_TRAINED = 2.0
+"""The stages after training against the base model's evaluation where the plan trains at least TRAINED_SHARE of
+the recipe's steps: a well-trained model answers briefly and rarely needs a retry or a repair, so those stages cost
+less than after a short run, and the larger factor there would leave training time unused at the end of every run.
+The runs behind both factors: docs/benchmarks.md, "The reserve by the share of the recipe trained"
+(bench/results/post-train-stages-by-share-vm.json)."""
+TRAINED_SHARE = 0.65
+"""Planned share of the recipe's steps from which POST_TRAIN_FACTOR_TRAINED is reserved."""
 POST_TRAIN_STAGES = ("eval-tuned", "gate", "merge", "parity", "card")
 """The stages after training, which the reserve pays for."""
 POST_TRAIN_FIXED_S = 30.0
@@ -129,7 +138,8 @@ class BudgetPlan:
     elapsed_s: float
     """Wall time of the stages before training, the probe included."""
     reserve_s: float
-    """Estimated wall time of the stages after training."""
+    """Estimated wall time of the stages after training: `reserve_factor` base evaluations and POST_TRAIN_FIXED_S."""
+    reserve_factor: float
     train_s: float
     """What is left for the training run itself."""
     steps: int
@@ -178,19 +188,39 @@ def probe_training(tc, probe_dir: Path, steps: int = PROBE_STEPS) -> Probe:
                  steps_per_epoch=start.get("steps_per_epoch"))
 
 
-def post_train_reserve(base_eval_s: float) -> float:
+def reserve_factor(planned_share: float) -> float:
+    """Base evaluations reserved for the stages after training, for a plan that trains `planned_share` of the
+    recipe's steps."""
+    return POST_TRAIN_FACTOR_TRAINED if planned_share >= TRAINED_SHARE else POST_TRAIN_FACTOR
+
+
+def post_train_reserve(base_eval_s: float, planned_share: float) -> float:
     """Seconds reserved for the stages after training, from the base model's greedy evaluation time."""
-    return POST_TRAIN_FACTOR * base_eval_s + POST_TRAIN_FIXED_S
+    return reserve_factor(planned_share) * base_eval_s + POST_TRAIN_FIXED_S
+
+
+def _fit_steps(train_s: float, probe: Probe) -> int:
+    """Probe steps that fill SAFETY of `train_s` after start-up and the final validation pass."""
+    final_val_s = RUN_VAL_SHARE * probe.val_s  # probe.val_s is a whole pass, scaled from the probe's share
+    usable = SAFETY * train_s - probe.startup_s - VAL_PASSES * final_val_s
+    return int(usable // probe.step_s) if probe.step_s > 0 else probe.recipe_steps
 
 
 def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Probe, *, cpu: str = "",
                 native_bf16: bool = False) -> BudgetPlan:
-    """The steps that fit: pure arithmetic over the measurements, so it is tested without training."""
-    reserve = post_train_reserve(base_eval_s)
+    """The steps that fit: pure arithmetic over the measurements, so it is tested without training.
+
+    The reserve depends on how much of the recipe the plan trains (`reserve_factor`), and that on the reserve: the
+    plan is made with the smaller reserve first and kept where it trains at least TRAINED_SHARE of the recipe;
+    otherwise it is made again with the larger one (which trains fewer steps still)."""
+    share = 1.0
+    fit = _fit_steps(budget_s - elapsed_s - post_train_reserve(base_eval_s, share), probe)
+    if min(probe.recipe_steps, fit) < TRAINED_SHARE * probe.recipe_steps:  # a weaker model: the larger reserve
+        share = fit / probe.recipe_steps
+        fit = _fit_steps(budget_s - elapsed_s - post_train_reserve(base_eval_s, share), probe)
+    reserve = post_train_reserve(base_eval_s, share)
     train_s = budget_s - elapsed_s - reserve
-    final_val_s = RUN_VAL_SHARE * probe.val_s  # probe.val_s is a whole pass, scaled from the probe's share
-    usable = SAFETY * train_s - probe.startup_s - VAL_PASSES * final_val_s
-    fit = int(usable // probe.step_s) if probe.step_s > 0 else probe.recipe_steps
+    final_val_s = RUN_VAL_SHARE * probe.val_s
     steps = min(probe.recipe_steps, fit)
     how = f"{probe.step_s:.2f} s/step measured over {PROBE_STEPS - 1} probe steps"
     if steps < min(MIN_STEPS, probe.recipe_steps):  # a recipe shorter than MIN_STEPS only has to fit whole
@@ -200,13 +230,15 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
             f"{max(0, fit)} steps at {how}, fewer than {MIN_STEPS}; give a longer --budget (or --budget none)")
     if steps < probe.recipe_steps:
         note = (f"{steps} of the recipe's {probe.recipe_steps} steps fit {train_s / 60:.1f} min of training "
-                f"({how}; {elapsed_s / 60:.1f} min spent before training, {reserve / 60:.1f} min reserved after)")
+                f"({how}; {elapsed_s / 60:.1f} min spent before training, {reserve / 60:.1f} min reserved after: "
+                f"{reserve_factor(share):g} base evaluations and {POST_TRAIN_FIXED_S:.0f} s)")
     else:
         note = f"the recipe's {steps} steps fit the budget ({how})"
     if probe.others_cores is not None and probe.others_cores >= BUSY_CORES:
         note += (f"; other processes kept {probe.others_cores:.1f} cores busy while the probe ran, so a quiet "
                  "machine trains more steps in this budget")
     return BudgetPlan(budget_s=budget_s, elapsed_s=round(elapsed_s, 1), reserve_s=round(reserve, 1),
+                      reserve_factor=reserve_factor(share),
                       train_s=round(train_s, 1), steps=steps, recipe_steps=probe.recipe_steps,
                       max_time_s=round(max(probe.step_s * MIN_STEPS, train_s - probe.startup_s - final_val_s), 1),
                       probe=probe, cpu=cpu,
