@@ -5,7 +5,9 @@ bench/results/dogfood-<host>.json: stage seconds, base vs tuned parse rate and p
 gate verdict, merge/serve parity, and the machine. With --confirm it also has the tuned run answer the
 confirmation split (bench/confirm: 60 tasks no recipe or data choice was ever tuned on, greedy, as eval-tuned does)
 and records that beside the held-out numbers: a gain on the held-out split alone can be a product of having read its
-failures. Run: `python bench/dogfood.py [--quick] [--seed N] [--confirm] [--from-dir D [--wall-s S]] [--note TEXT]`.
+failures. With --features it answers the documented-features split (bench/features, a third writer's) the same way:
+a recipe is judged on the held-out and features splits before the confirmation split is read once.
+Run: `python bench/dogfood.py [--quick] [--seed N] [--confirm] [--features] [--from-dir D [--wall-s S]] [--note TEXT]`.
 """
 
 from __future__ import annotations
@@ -26,20 +28,21 @@ from mens.dogfood.budget import POST_TRAIN_STAGES
 from mens.train.telemetry import read_events
 
 CONFIRM = REPO / "bench" / "confirm" / "vox_confirm.jsonl"
+FEATURES = REPO / "bench" / "features" / "vox_features.jsonl"
 
 
 def _json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def confirm(out_dir: Path, env: dict) -> dict:
-    """The tuned run's answers to the confirmation split in every decoding mode its own eval used (greedy first),
-    with the same token limit."""
+def split_eval(out_dir: Path, env: dict, bench: Path, name: str) -> dict:
+    """The tuned run's answers to another writer's split (`bench`) in every decoding mode its own eval used (greedy
+    first), with the same token limit; the report goes to DIR/eval/<name>_results.json."""
     config = _json(out_dir / "dogfood_state.json")["config"]
     run = Path(_json(out_dir / "dogfood_summary.json")["run"])
-    out = out_dir / "eval" / "confirm_results.json"
+    out = out_dir / "eval" / f"{name}_results.json"
     modes = ",".join(config.get("modes") or ["greedy"])
-    subprocess.run([str(REPO / "scripts" / "mens"), "eval-local", str(run), "--bench", str(CONFIRM), "--split", "all",
+    subprocess.run([str(REPO / "scripts" / "mens"), "eval-local", str(run), "--bench", str(bench), "--split", "all",
                     "--modes", modes, "--max-new-tokens", str(config["max_new_tokens"]), "-o", str(out)],
                    check=True, env=env)
     report = _json(out)
@@ -108,6 +111,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="Passed to `mens dogfood --seed` (default 0, its default); "
                     "with --from-dir the record names the run's own seed.")
     ap.add_argument("--confirm", action="store_true", help="Also evaluate the tuned run on the confirmation split.")
+    ap.add_argument("--features", action="store_true",
+                    help="Also evaluate the tuned run on the documented-features split.")
     ap.add_argument("--budget", help="Passed to `mens dogfood --budget` (e.g. 30m).")
     ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/dogfood[-quick]-<host>.json).")
     ap.add_argument("--wall-s", type=float, help="With --from-dir: the command's wall time, timed by whoever ran it "
@@ -128,8 +133,10 @@ def main() -> None:
                        check=True, env=env)
         wall = round(time.time() - t0, 1)
     result = record(out_dir, wall, args.quick, args.note)
+    if args.features:
+        result["features"] = split_eval(out_dir, env, FEATURES, "features")
     if args.confirm:
-        result["confirm"] = confirm(out_dir, env)
+        result["confirm"] = split_eval(out_dir, env, CONFIRM, "confirm")
     name = f"dogfood{'-quick' if args.quick else ''}-{socket.gethostname()}.json"
     dest = args.output or REPO / "bench" / "results" / name
     dest.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

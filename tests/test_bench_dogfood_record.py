@@ -47,3 +47,32 @@ def test_record_reads_the_post_training_time_the_modes_the_probe_and_the_final_v
     assert rec["setup_s"] == 120.0 and rec["note"] == "what it measures"  # 1650 - 1530: the venv and the CLI's start
     untimed = dogfood_bench.record(out, None, quick=False)
     assert untimed["setup_s"] is None and "note" not in untimed
+
+
+def test_another_writers_split_is_answered_in_the_runs_modes_and_token_limit(tmp_path, monkeypatch):
+    """--features and --confirm: the tuned run answers the split in every mode its own eval used, with its answer
+    length, and each split's report goes to its own file."""
+    out, run = tmp_path / "df", tmp_path / "df" / "run"
+    _write(out / "dogfood_state.json", {"config": {"modes": ["greedy", "constrained"], "max_new_tokens": 384}})
+    _write(out / "dogfood_summary.json", {"run": str(run)})
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        modes = {"greedy": {"nonempty_parse_rate": 0.9, "pass_at_1": 0.7},
+                 "constrained": {"nonempty_parse_rate": 1.0, "pass_at_1": 0.75}}
+        _write(Path(cmd[cmd.index("-o") + 1]), {"metrics": {"tasks": 60, **modes["greedy"],
+                                                            "failures_by_category": {"name": 3}}, "modes": modes})
+
+    monkeypatch.setattr(dogfood_bench.subprocess, "run", fake_run)
+    features = dogfood_bench.split_eval(out, {}, dogfood_bench.FEATURES, "features")
+    confirm = dogfood_bench.split_eval(out, {}, dogfood_bench.CONFIRM, "confirm")
+    (f_cmd, c_cmd) = calls
+    assert f_cmd[1:3] == ["eval-local", str(run)] and f_cmd[f_cmd.index("--bench") + 1] == str(dogfood_bench.FEATURES)
+    assert c_cmd[c_cmd.index("--bench") + 1] == str(dogfood_bench.CONFIRM)
+    assert f_cmd[f_cmd.index("--modes") + 1] == "greedy,constrained"
+    assert f_cmd[f_cmd.index("--max-new-tokens") + 1] == "384"
+    assert f_cmd[f_cmd.index("-o") + 1] == str(out / "eval" / "features_results.json")
+    assert c_cmd[c_cmd.index("-o") + 1] == str(out / "eval" / "confirm_results.json")
+    assert features == confirm and features["tasks"] == 60 and features["modes"]["constrained"]["pass_at_1"] == 0.75
+    assert dogfood_bench.FEATURES.is_file() and dogfood_bench.CONFIRM.is_file()
