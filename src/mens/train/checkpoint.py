@@ -212,6 +212,18 @@ def refits_problem(refits) -> str | None:
     return f"records refits {str(refits)[:60]}, expected [step, total] pairs of whole numbers in step order"
 
 
+def second_pass_problem(state: dict) -> str | None:
+    """What is wrong with a run's recorded first-pass losses and second-pass order (`data.second_pass`); None
+    when nothing is."""
+    losses, order = state.get("first_pass_losses", []), state.get("second_pass")
+    if not (isinstance(losses, list) and all(finite_number(v) for v in losses)):
+        return f"records first_pass_losses {str(losses)[:60]}, expected a list of finite numbers"
+    if order is not None and not (isinstance(order, list) and all(type(v) is int for v in order)
+                                  and sorted(order) == list(range(len(order)))):
+        return f"records second_pass {str(order)[:60]}, expected an order of the training rows"
+    return None
+
+
 def read_checkpoint(ckpt: Path, *, model, backend: str, optimizer, scheduler) -> Loaded:
     """Verify checksums, then read and check every file against this run's model, optimizer and scheduler."""
     verify_files(ckpt)
@@ -220,7 +232,7 @@ def read_checkpoint(ckpt: Path, *, model, backend: str, optimizer, scheduler) ->
         raise StateInvalid(f"{STATE} records step {state.get('step')!r}")
     if not finite_number(state.get("last_loss")):
         raise StateInvalid(f"{STATE} records a loss of {state.get('last_loss')!r}")
-    if problem := refits_problem(state.get("refits", [])):
+    if problem := refits_problem(state.get("refits", [])) or second_pass_problem(state):
         raise StateInvalid(f"{STATE} {problem}")
     weights = _read_weights(ckpt, model, backend)
     return Loaded(ckpt, state, weights, read_optimizer(ckpt / OPTIMIZER, optimizer),

@@ -101,6 +101,10 @@ class DataConfig(Section):
     pack_shuffle: bool = False
     """Pack the examples in a seeded random order instead of file order. In file order neighbours share a row,
     and dogfood's data keeps a request's phrasings next to each other, so one program fills a row and a step."""
+    second_pass: Literal["shuffle", "hardest"] = "shuffle"
+    """The second pass's row order. "shuffle": a seeded random order, like every pass. "hardest": where the run
+    ends inside its second pass (a time budget cut it), the rows whose first-pass loss was highest for their point
+    in the run come first (mens.train.data.hardest_first), so the rows it drops are those the model found easiest."""
     ce_last_k: int = setting(0, "--ce-last-k", "--qlora-ce-last-k", ge=0)
     """Supervise only the last K tokens of each example (0 = every assistant token). The original defaults to 64
     and caps K at 64, which drops the start of every longer answer; mens learns whole answers by default."""

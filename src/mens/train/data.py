@@ -139,12 +139,15 @@ def build_rows(examples: list[Example], *, pack: bool, seq_len: int) -> list[Row
 
 @dataclass
 class BatchPlan:
-    """Which rows each optimizer step sees. Deterministic in (n_rows, seed, step)."""
+    """Which rows each optimizer step sees. Deterministic in (n_rows, seed, step), and in `second_pass` where a run
+    set it (`hardest_first`; checkpoints keep it)."""
 
     n_rows: int
     global_batch: int
     seed: int
     total_steps: int
+    second_pass: list[int] | None = None
+    """The second pass's row order, where `data.second_pass` chose it from the first pass's losses."""
 
     @property
     def steps_per_epoch(self) -> int:
@@ -153,6 +156,8 @@ class BatchPlan:
     def epoch_order(self, epoch: int) -> list[int]:
         import torch
 
+        if epoch == 1 and self.second_pass is not None:
+            return self.second_pass
         g = torch.Generator().manual_seed(self.seed * 1000 + epoch)
         return torch.randperm(self.n_rows, generator=g).tolist()
 
@@ -161,6 +166,41 @@ class BatchPlan:
         epoch, i = divmod(step, self.steps_per_epoch)
         order = self.epoch_order(epoch)
         return order[i * self.global_batch:(i + 1) * self.global_batch]
+
+
+LOSS_WINDOW = 10
+"""Steps either side of a first-pass step whose losses give the median it is measured against (`hardest_first`)."""
+
+
+def hardest_first(plan: BatchPlan, step_losses: list[float], total_steps: int) -> list[int] | None:
+    """The second pass's order for a run that ends inside it: the rows the first pass found hardest, then the rest.
+
+    A row's hardness is the loss of the first-pass step that trained it, over the median loss of the steps around
+    that one (LOSS_WINDOW either side, fewer near the ends of the pass so that the step stays in the middle): the
+    loss falls as the run learns, and a row is compared with the rows the model met at about the same point. A
+    window that reached further on one side would measure a step against a later (lower) or earlier (higher) loss.
+    The loss was measured before the step's update, on rows the model had not seen. As many rows as the second
+    pass will reach ((total_steps - steps_per_epoch) x global_batch), the hardest, come first, and the rest after
+    them (where a re-fit lengthens the run), each group in the pass's own seeded random order. A run that reaches
+    the end of the second pass (or never starts it) keeps the random order: None.
+    """
+    spe = plan.steps_per_epoch
+    reach = (total_steps - spe) * plan.global_batch
+    if reach <= 0 or reach >= plan.n_rows or len(step_losses) < spe:
+        return None
+    first = plan.epoch_order(0)
+    score = [0.0] * plan.n_rows
+    for s in range(spe):
+        w = min(LOSS_WINDOW, s, spe - 1 - s)
+        around = sorted(step_losses[s - w:s + w + 1])
+        median = around[len(around) // 2]
+        for row in first[s * plan.global_batch:(s + 1) * plan.global_batch]:
+            score[row] = step_losses[s] / median if median > 0 else 1.0
+    shuffled = BatchPlan(plan.n_rows, plan.global_batch, plan.seed, plan.total_steps).epoch_order(1)
+    rank = {row: i for i, row in enumerate(shuffled)}
+    by_hardness = sorted(range(plan.n_rows), key=lambda row: (-score[row], rank[row]))
+    hard = set(by_hardness[:reach])
+    return [row for row in shuffled if row in hard] + [row for row in shuffled if row not in hard]
 
 
 def plan_steps(n_rows: int, global_batch: int, *, epochs: float, max_steps: int, seed: int) -> BatchPlan:

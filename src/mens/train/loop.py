@@ -20,7 +20,7 @@ import torch
 from mens.errors import ModelError
 from mens.train import distributed, fsdp
 from mens.train.checkpoint import save_checkpoint
-from mens.train.data import BatchPlan
+from mens.train.data import BatchPlan, hardest_first
 from mens.train.micro_batch import step_passes
 from mens.train.packing import Row, batch_loss_sum, row_supervised, row_tokens
 from mens.train.progress import ProgressView
@@ -166,6 +166,20 @@ def _refit(st: LoopState, *, total: int, ceiling: int, next_at: int, t_start: fl
     return total, next_at
 
 
+def _order_second_pass(plan: BatchPlan, first_losses: list[float], total: int, ckpt_state: dict,
+                       telemetry: Telemetry, view: ProgressView) -> None:
+    """At the start of the second pass: where the run ends inside it, the rows the first pass found hardest come
+    first (`data.hardest_first`)."""
+    order = hardest_first(plan, first_losses, total)
+    if order is None:
+        return
+    plan.second_pass = ckpt_state["second_pass"] = order
+    reach = (total - plan.steps_per_epoch) * plan.global_batch
+    telemetry.emit("second_pass", step=plan.steps_per_epoch, rows=plan.n_rows, hardest_first=reach)
+    view.note(f"second pass: the {reach} of {plan.n_rows} rows the first pass found hardest come first "
+              f"({total} steps end inside it)")
+
+
 def validation_due(eval_every: int | str, step: int, steps_per_epoch: int) -> bool:
     """Whether `eval.eval_every` asks for a validation pass after `step` (the run's last step always has one):
     every N steps, or at the end of each epoch ("epoch"); 0 = none before the last."""
@@ -202,9 +216,15 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
     window: list = [None, start_step + 1]  # where re-fits read the step time from (`_refit`)
     ema_step_s = None
     step = start_step
+    # data.second_pass "hardest": each first-pass step's loss, then the second pass's order from them; both go into
+    # checkpoints (ckpt_state), so a resumed run orders its second pass as the whole run would have.
+    hardest = cfg.data.second_pass == "hardest"
+    first_losses = ckpt_state.setdefault("first_pass_losses", []) if hardest else []
     try:
         while step < total:
             t0 = time.time()
+            if hardest and step == plan.steps_per_epoch and plan.second_pass is None:
+                _order_second_pass(plan, first_losses, total, ckpt_state, telemetry, view)
             # This rank's share of the global batch, then passes of micro_rows rows (batch_size unless merged).
             global_rows = plan.rows_for_step(step)
             mine = [rows[i] for i in global_rows[d.rank::d.world]]
@@ -229,6 +249,8 @@ def train_loop(*, model, optimizer, scheduler, params: list, rows: list[Row], va
             st.step = step + 1
             st.last_loss = loss
             st.losses.append(loss)
+            if hardest and step < plan.steps_per_epoch and len(first_losses) == step:
+                first_losses.append(loss)
             st.input_tokens += int(n_in)
             st.supervised_tokens += int(n_sup)
             dt = time.time() - t0

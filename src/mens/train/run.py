@@ -291,9 +291,10 @@ def choose_packing(cfg: TrainConfig, inp: Inputs, model, device: str, autocast, 
 
 
 def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, scheduler, rank: int,
-            refits: list) -> tuple[int, str | None]:
+            refits: list, carried: dict) -> tuple[int, str | None]:
     """Continue from the newest checkpoint that verifies and loads; each newer one skipped gets one printed line.
-    A run fitted to its time limit continues its re-fitted learning-rate curve and step count (`refits`)."""
+    A run fitted to its time limit continues its re-fitted learning-rate curve and step count (`refits`); one with
+    `data.second_pass` "hardest" its first-pass losses and second-pass order (into `carried`, and the plan)."""
     if not cfg.resume:
         return 0, None
     loaded, skipped = newest_good(run, model=model, backend=cfg.backend, optimizer=optimizer, scheduler=scheduler)
@@ -322,6 +323,13 @@ def _resume(cfg: TrainConfig, run: Path, inp: Inputs, model, optimizer, schedule
     if cfg.fit_to_time and state.get("refits"):  # checked when read (mens.train.checkpoint.read_checkpoint)
         refits[:] = state["refits"]
         inp.plan.total_steps = max(int(state["step"]), refits[-1][1])
+    if cfg.data.second_pass == "hardest":  # checked when read, and the data by the digest above
+        carried["first_pass_losses"] = list(state.get("first_pass_losses", []))
+        if state.get("second_pass") is not None:
+            if len(state["second_pass"]) != inp.plan.n_rows:
+                raise ConfigError(f"--resume: {ckpt} orders {len(state['second_pass'])} rows for the second pass, "
+                                  f"this data packs {inp.plan.n_rows}; resume with the same data and settings")
+            carried["second_pass"] = inp.plan.second_pass = list(state["second_pass"])
     return int(state["step"]), ckpt.name
 
 
@@ -489,7 +497,8 @@ def run_training(cfg: TrainConfig, *, val_share: float = 1.0) -> dict:
     pf.ok("micro-batch", micro_why)
     if cfg.neftune_alpha:  # after the numeric checks: the packing-leak check compares two noiseless passes
         add_embedding_noise(model, cfg.neftune_alpha, pf)
-    start_step, resumed_from = _resume(cfg, run, inp, model, optimizer, scheduler, d.rank, refits)
+    carried: dict = {}  # what a resumed run continues besides the weights and re-fits (`_resume`)
+    start_step, resumed_from = _resume(cfg, run, inp, model, optimizer, scheduler, d.rank, refits, carried)
     if resumed_from is None:
         torch.manual_seed(cfg.seed + 1)  # the dropout stream; a resumed run continues the checkpoint's RNG
 
@@ -518,7 +527,7 @@ def run_training(cfg: TrainConfig, *, val_share: float = 1.0) -> dict:
              train_rows=len(inp.rows), resumed_from_step=start_step or None, first_loss=loss0)
     ckpt_state = {"run_id": run_id, "contract_digest": inp.digest, "resume_digest": resume_digest(cfg, inp),
                   "global_batch": plan.global_batch,
-                  "world_size": d.world, "total_steps": plan.total_steps, "refits": refits}
+                  "world_size": d.world, "total_steps": plan.total_steps, "refits": refits, **carried}
     try:
         st = train_loop(model=model, optimizer=optimizer, scheduler=scheduler, params=params, rows=inp.rows,
                         val_rows=inp.val_rows, plan=plan, cfg=cfg, run_dir=run, d=d, device=device,
