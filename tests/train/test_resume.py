@@ -34,7 +34,8 @@ def _cli(data_dir, out, model_dir, *extra):
 
 def test_sigkill_then_resume_matches_uninterrupted(data_dir, tmp_path, tiny_model_dir):
     ref = tmp_path / "ref"
-    run_training(tiny_config(data_dir, ref, tiny_model_dir, **FLAGS, preset="cpu", epochs=2.0))  # same as the CLI
+    # same as the CLI, whose cpu preset also orders the second pass (data.second_pass): 10 steps end inside it
+    run_training(tiny_config(data_dir, ref, tiny_model_dir, **FLAGS, preset="cpu", epochs=2.0, second_pass="hardest"))
 
     out = tmp_path / "killed"
     env = dict(os.environ, MENS_TRAIN_PAUSE_AFTER_STEP="5", HF_HUB_OFFLINE="1")
@@ -57,6 +58,8 @@ def test_sigkill_then_resume_matches_uninterrupted(data_dir, tmp_path, tiny_mode
     starts = [e for e in read_events(out) if e["event"] == "train_start"]
     assert [e["resumed_from_step"] for e in starts] == [None, 5]
     assert [e["step"] for e in read_events(out) if e["event"] == "step"][-5:] == [6, 7, 8, 9, 10]
+    assert [e["event"] for e in read_events(ref)].count("second_pass") == 1
+    assert [e["event"] for e in read_events(out)].count("second_pass") == 1  # ordered after the resume, the same
     a = load_file(str(ref / "adapter_model.safetensors"))
     b = load_file(str(out / "adapter_model.safetensors"))
     assert a.keys() == b.keys()
