@@ -212,7 +212,7 @@ def plan_budget(budget_s: float, elapsed_s: float, base_eval_s: float, probe: Pr
 
     The reserve depends on how much of the recipe the plan trains (`reserve_factor`), and that on the reserve: the
     plan is made with the smaller reserve first and kept where it trains at least TRAINED_SHARE of the recipe;
-    otherwise it is made again with the larger one (which trains fewer steps still)."""
+    otherwise it is made a second time with the larger one (which trains fewer steps still)."""
     share = 1.0
     fit = _fit_steps(budget_s - elapsed_s - post_train_reserve(base_eval_s, share), probe)
     if min(probe.recipe_steps, fit) < TRAINED_SHARE * probe.recipe_steps:  # a weaker model: the larger reserve
