@@ -161,6 +161,10 @@ class BatchPlan:
         g = torch.Generator().manual_seed(self.seed * 1000 + epoch)
         return torch.randperm(self.n_rows, generator=g).tolist()
 
+    def second_pass_reach(self, total_steps: int) -> int:
+        """Rows the second pass trains in a run of `total_steps` (not capped at n_rows)."""
+        return (total_steps - self.steps_per_epoch) * self.global_batch
+
     def rows_for_step(self, step: int) -> list[int]:
         """Global row indices of optimizer step `step` (0-based)."""
         epoch, i = divmod(step, self.steps_per_epoch)
@@ -180,12 +184,11 @@ def hardest_first(plan: BatchPlan, step_losses: list[float], total_steps: int) -
     loss falls as the run learns, and a row is compared with the rows the model met at about the same point. A
     window that reached further on one side would measure a step against a later (lower) or earlier (higher) loss.
     The loss was measured before the step's update, on rows the model had not seen. As many rows as the second
-    pass will reach ((total_steps - steps_per_epoch) x global_batch), the hardest, come first, and the rest after
+    pass will reach (`BatchPlan.second_pass_reach`), the hardest, come first, and the rest after
     them (where a re-fit lengthens the run), each group in the pass's own seeded random order. A run that reaches
     the end of the second pass (or never starts it) keeps the random order: None.
     """
-    spe = plan.steps_per_epoch
-    reach = (total_steps - spe) * plan.global_batch
+    spe, reach = plan.steps_per_epoch, plan.second_pass_reach(total_steps)
     if reach <= 0 or reach >= plan.n_rows or len(step_losses) < spe:
         return None
     first = plan.epoch_order(0)

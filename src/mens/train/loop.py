@@ -174,7 +174,7 @@ def _order_second_pass(plan: BatchPlan, first_losses: list[float], total: int, c
     if order is None:
         return
     plan.second_pass = ckpt_state["second_pass"] = order
-    reach = (total - plan.steps_per_epoch) * plan.global_batch
+    reach = plan.second_pass_reach(total)
     telemetry.emit("second_pass", step=plan.steps_per_epoch, rows=plan.n_rows, hardest_first=reach)
     view.note(f"second pass: the {reach} of {plan.n_rows} rows the first pass found hardest come first "
               f"({total} steps end inside it)")
