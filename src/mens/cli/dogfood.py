@@ -39,6 +39,9 @@ def dogfood(
     rounds: int = typer.Option(1, "--rounds", help="2: a second round aimed at what round 1 failed on the dev split."),
     dev_pairs: bool = typer.Option(None, "--dev-pairs/--no-dev-pairs",
                                    help="Train on the bench's dev split answers (default: yes, unless --rounds 2)."),
+    renamed_dev: bool = typer.Option(False, "--renamed-dev/--no-renamed-dev",
+                                     help="Rename the names in the dev split's repeated pairs, alike in request "
+                                          "and answer (default: no)."),
     requests: bool = typer.Option(True, "--requests/--no-requests",
                                   help="Train on the shipped hand-written requests (default: yes)."),
     served_tasks: int = typer.Option(None, "--served-tasks", min=1,
@@ -64,8 +67,8 @@ def dogfood(
                         train=overrides, synthetic=synthetic, tasks=tasks, limit=limit, max_new_tokens=max_new_tokens,
                         modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
                         gates=None if gates is None else Path(gates), rounds=rounds, seed=seed,
-                        dev_pairs=dev_pairs, requests=requests, served_tasks=served_tasks, resume=resume,
-                        budget=budget)
+                        dev_pairs=dev_pairs, renamed_dev=renamed_dev, requests=requests, served_tasks=served_tasks,
+                        resume=resume, budget=budget)
     s = run_dogfood(cfg)
     typer.echo(f"base model:  non-empty parse rate {_f(s['base']['nonempty_parse_rate'])}, "
                f"pass@1 {_f(s['base']['pass_at_1'])}")

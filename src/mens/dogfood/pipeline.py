@@ -81,6 +81,9 @@ class DogfoodConfig:
     dev_pairs: bool | None = None
     """Train on the bench's dev split (its tasks with their reference answers, repeated 3x). Default: yes with one
     round; no with --rounds 2, whose data loop probes the model on the dev split (it must stay unseen there)."""
+    renamed_dev: bool = False
+    """Each dev-split pair's repeats after the first are renamed copies (mens.corpus.rename): the names the request
+    gives, changed alike in the request and the answer, so the model learns to take names from the request."""
     requests: bool = True
     """Train on the hand-written requests shipped with the language (`mens.corpus.requests`), repeated
     REQUEST_REPEATS times."""

@@ -13,6 +13,7 @@ heavy libraries are imported inside the stages that need them.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -35,6 +36,8 @@ from mens.run_records import (
 LANGUAGE = "vox"
 DEV_REPEATS = 3.0
 """How often each dev-split pair repeats in the mix: 116 hand-written answers among ~2,100 rows."""
+DEV_RENAMED = "bench_dev_renamed.jsonl"
+"""The dev split's renamed repeats (DogfoodConfig.renamed_dev)."""
 REQUEST_REPEATS = 1.0
 """How often each hand-written request (mens.corpus.requests) repeats in the mix."""
 
@@ -96,6 +99,13 @@ def generate(ctx: Context) -> str:
         dev = dev_pairs(ctx.cfg.bench, LANGUAGE)
         write_jsonl(ctx.path("corpus", "bench_dev.jsonl"), dev)
         note += f"; {len(dev)} dev-split tasks with their reference answers"
+        if ctx.cfg.renamed_dev:
+            from mens.corpus.rename import renamed_copies
+            from mens.lang import get_language
+
+            copies, n = renamed_copies(dev, _dev_copies(), ctx.cfg.seed, get_language(LANGUAGE))
+            write_jsonl(ctx.path("corpus", DEV_RENAMED), copies)
+            note += f" ({n} of their {len(copies)} repeats renamed)"
     if ctx.cfg.requests:
         from mens.corpus.requests import request_pairs
 
@@ -103,6 +113,18 @@ def generate(ctx: Context) -> str:
         write_jsonl(ctx.path("corpus", "requests.jsonl"), reqs)
         note += f"; {len(reqs)} hand-written requests, each answer checked"
     return note
+
+
+def _dev_copies() -> int:
+    """The dev split's repeats after the first."""
+    return max(0, math.ceil(DEV_REPEATS) - 1)
+
+
+def _dev_sources(renamed: bool) -> list[dict]:
+    """The dev split's mix sources: DEV_REPEATS copies of each pair, all but the first renamed when `renamed`."""
+    if not renamed:
+        return [{"path": "bench_dev.jsonl", "weight": DEV_REPEATS}]
+    return [{"path": "bench_dev.jsonl", "weight": 1.0}, {"path": DEV_RENAMED, "weight": 1.0}]
 
 
 def mix(ctx: Context) -> str:
@@ -113,7 +135,7 @@ def mix(ctx: Context) -> str:
               "sources": [{"path": "pairs.jsonl", "weight": 1.0},
                           *([{"path": "synthetic.jsonl", "weight": 1.0}] if ctx.cfg.synthetic else []),
                           *([{"path": "tasks.jsonl", "weight": 1.0}] if ctx.cfg.tasks else []),
-                          *([{"path": "bench_dev.jsonl", "weight": DEV_REPEATS}] if ctx.cfg.dev_pairs else []),
+                          *(_dev_sources(ctx.cfg.renamed_dev) if ctx.cfg.dev_pairs else []),
                           *([{"path": "requests.jsonl", "weight": REQUEST_REPEATS}] if ctx.cfg.requests else [])]}
     (c / "mix.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     rep = mix_sources(c / "mix.yaml", base=c)
