@@ -97,10 +97,9 @@ def test_concurrent_answers_equal_each_answer_alone(tiny):
     assert sum(streamer.batches) == len(prompts) and max(streamer.batches) > 1  # rows read together share a batch
 
 
-def test_rows_that_arrive_during_a_batch_form_the_next_one(tiny):
-    model, tok = tiny
-    prompts = _ids(tok)
-    streamer = BatchStreamer(model, tok, max_rows=8)
+def _arrive_during_first_step(streamer, model, prompts, settings):
+    """Start a one-row batch with prompts[0], hold its first model step until the other rows (with their
+    `settings`) wait in the streamer, then let everything run; returns every reader's text."""
     entered, release, handle = _held_first_step(model)
     try:
         first = streamer.stream(prompts[0], max_new_tokens=6)
@@ -108,13 +107,14 @@ def test_rows_that_arrive_during_a_batch_form_the_next_one(tiny):
         reader = threading.Thread(target=lambda: out.extend(first))
         reader.start()
         assert entered.wait(30)  # the first batch (one row) is inside its first model step
-        rest = [streamer.stream(ids, max_new_tokens=6) for ids in prompts[1:]]
+        rest = [streamer.stream(ids, max_new_tokens=n, temperature=t, top_p=p, seed=s)
+                for ids, (n, t, p, s) in zip(prompts[1:], settings, strict=True)]
         results: list[list[str]] = [[] for _ in rest]
         threads = [threading.Thread(target=lambda i=i: results[i].extend(rest[i])) for i in range(len(rest))]
         for t in threads:
             t.start()
         deadline = time.monotonic() + 30
-        while len(streamer._pending) < len(rest):  # every later row waits for the running batch
+        while len(streamer._pending) < len(rest):  # every later row waits for the running batch's step
             assert time.monotonic() < deadline, "the later rows never reached the streamer"
             time.sleep(0.01)
         release.set()
@@ -123,10 +123,41 @@ def test_rows_that_arrive_during_a_batch_form_the_next_one(tiny):
             t.join(30)
     finally:
         handle.remove()
-    assert list(streamer.batches) == [1, len(rest)]
-    assert "".join(out) == _alone(model, tok, prompts[0], 6, 0.0, 1.0, None, stop_token_ids(tok, model))
-    for ids, parts in zip(prompts[1:], results, strict=True):
-        assert "".join(parts) == _alone(model, tok, ids, 6, 0.0, 1.0, None, stop_token_ids(tok, model))
+    return ["".join(out)] + ["".join(parts) for parts in results]
+
+
+def test_rows_that_arrive_during_a_batch_join_it_and_answer_as_alone(tiny):
+    """Rows that arrive while a batch decodes join it at its next step: a prompt longer than the batch's cache and
+    shorter ones (the cache left-padded either way), greedy and sampled, each answering as it would alone."""
+    model, tok = tiny
+    prompts = _ids(tok)
+    stop = stop_token_ids(tok, model)
+    streamer = BatchStreamer(model, tok, max_rows=8)
+    settings = [(16, 0.9, 1.0, 7), (30, 0.0, 1.0, None), (12, 1.2, 0.6, 3)]
+    assert len(prompts[2]) > len(prompts[0]) + 1 > len(prompts[3])
+    texts = _arrive_during_first_step(streamer, model, prompts, settings)
+    assert list(streamer.batches) == [1] and list(streamer.joins) == [len(prompts) - 1]
+    assert texts[0] == _alone(model, tok, prompts[0], 6, 0.0, 1.0, None, stop)
+    for ids, (n, t, p, s), text in zip(prompts[1:], settings, texts[1:], strict=True):
+        assert text == _alone(model, tok, ids, n, t, p, s, stop)
+
+
+def test_a_full_batch_or_a_cache_that_cannot_take_rows_leaves_them_for_the_next_batch(tiny, monkeypatch):
+    import mens.model.batch_stream as batch_stream
+
+    model, tok = tiny
+    prompts = _ids(tok)
+    stop = stop_token_ids(tok, model)
+    greedy = [(6, 0.0, 1.0, None)] * (len(prompts) - 1)
+    full = BatchStreamer(model, tok, max_rows=1)
+    texts = _arrive_during_first_step(full, model, prompts, greedy)
+    assert list(full.joins) == [] and list(full.batches)[0] == 1 and sum(full.batches) == len(prompts)
+    assert texts == [_alone(model, tok, ids, 6, 0.0, 1.0, None, stop) for ids in prompts]
+    monkeypatch.setattr(batch_stream, "_joinable", lambda past: False)
+    static = BatchStreamer(model, tok, max_rows=8)
+    texts = _arrive_during_first_step(static, model, prompts, greedy)
+    assert list(static.joins) == [] and list(static.batches) == [1, len(prompts) - 1]
+    assert texts == [_alone(model, tok, ids, 6, 0.0, 1.0, None, stop) for ids in prompts]
 
 
 def test_a_reader_that_leaves_or_is_cancelled_drops_out_and_the_others_finish(tiny):

@@ -5,10 +5,15 @@ sampled); each still streams its own text as its tokens are chosen. A decoding s
 answer as for a few (on a CPU the weights are read once per step either way), so concurrent clients are answered
 in about the time of the longest answer instead of the sum of all of them.
 
-Rows join a batch at its start: a request that arrives while a batch decodes waits until that batch has ended and
-then starts the next one with every request that waited (static batching; joining a running batch would need its
-KV cache re-padded). Answers that end, are cancelled (`should_stop`) or whose reader leaves drop out at the next
-step, their cache rows too where the cache allows (`batch_decode._drop_ended`).
+A request that arrives while a batch decodes joins it at its next step (continuous batching): its prompt is run
+once on its own (with any others joining at that step), its first token chosen, and its KV cache appended to the
+batch's, the shorter of the two left-padded to the other's length (masked, with each row's own positions), so
+a short answer asked for during a long one does not wait for the long one to end. That takes a cache of per-row
+keys and values (`_joinable`); with any other (linear-attention or recurrent layers, sliding windows, static,
+quantized or offloaded caches), and while the batch is at its `max_rows` or its cache bound, a request waits
+until the batch has ended and starts the next one with every request that waited. Answers that end, are
+cancelled (`should_stop`) or whose reader leaves drop out at the next step, their cache rows too where the cache
+allows (`batch_decode._drop_ended`).
 
 No thread of its own runs the model: a reader that finds no text ready and no step running takes the next step
 itself while other readers wait, so a batch nobody reads is not decoded further. An answer is the one
@@ -86,7 +91,9 @@ class BatchStreamer:
         self._batch: _Batch | None = None
         self._stepping = False
         self.batches: deque[int] = deque(maxlen=256)
-        """Rows of each of the latest batches (for tests and diagnostics)."""
+        """Rows of each of the latest batches at their start (for tests and diagnostics)."""
+        self.joins: deque[int] = deque(maxlen=256)
+        """Rows of each of the latest joins of a running batch (for tests and diagnostics)."""
 
     def stream(self, input_ids: list[int], *, max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
                seed: int | None = None, on_token: Callable[[int], None] | None = None,
@@ -174,7 +181,8 @@ class BatchStreamer:
         return _Batch(take, self.pad_id, self.device)
 
     def _step(self, batch: _Batch) -> None:
-        """One model step for the batch's live rows: their next tokens, as text pieces on each row."""
+        """One model step for the batch's live rows (their next tokens, as text pieces on each row), then the rows
+        that wait join it where they can (`_joining`, `_join`)."""
         with self._cond:
             for r in batch.rows:
                 if not r.done and (r.left or (r.should_stop is not None and r.should_stop())):
@@ -182,16 +190,35 @@ class BatchStreamer:
             if batch.finished:
                 batch.past = None  # the cache is freed as soon as the batch has ended
                 return
+            joining = self._joining(batch)
+        self._advance(batch)
+        if joining:
+            self._join(batch, joining)
+
+    def _joining(self, batch: _Batch) -> list[_Row]:
+        """The waiting rows that join the running batch at this step, oldest first (lock held): as many as
+        `max_rows` and the cache bound leave room for, none where the batch's cache cannot take rows."""
+        if not self._pending or batch.past is None or not _joinable(batch.past):
+            return []
+        live = [r for r in batch.rows if not r.done]
+        rows = live + self._pending
+        room = rows_within_bounds(self.model, self.tokenizer, max(batch.mask.shape[1], *(len(r.ids) for r in rows)),
+                                  max(r.max_new_tokens for r in rows), self.max_rows, self.keep_last) - len(live)
+        take = self._pending[:max(0, room)]
+        if take:
+            self._pending = self._pending[len(take):]
+            self.joins.append(len(take))
+        return take
+
+    def _advance(self, batch: _Batch) -> None:
+        """The model step of the batch's live rows."""
         try:
             with torch.no_grad():
                 logits, batch.past = _last_logits(self.model, self.keep_last, input_ids=batch.ids,
                                                   attention_mask=batch.mask, position_ids=batch.positions,
                                                   past_key_values=batch.past)
         except Exception as e:  # every row of the batch gets the failure; rows waiting for the next batch do not
-            with self._cond:
-                for r in batch.rows:
-                    if not r.done:
-                        r.error, r.done = e, True
+            self._fail(batch.rows, e)
             batch.past = None
             return
         tokens = [self.pad_id if r.done else _model_choice(logits[b], r.temperature, r.top_p, r.gen)
@@ -211,6 +238,30 @@ class BatchStreamer:
         batch.mask = torch.cat([batch.mask, batch.mask.new_ones(len(batch.rows), 1)], dim=1)
         batch.positions = batch.positions[:, -1:] + 1
 
+    def _join(self, batch: _Batch, rows: list[_Row]) -> None:
+        """Run the joining rows' prompts, choose their first tokens and append them to the batch (see the module
+        doc); a failure reaches only the joining rows."""
+        new = _Batch(rows, self.pad_id, self.device)
+        self._advance(new)  # rows that end at their first token leave `new` there
+        if new.past is None:
+            return
+        if batch.past is None:  # every earlier row ended (or failed) at this step: the joined rows are the batch
+            batch.rows, batch.past, batch.ids, batch.mask, batch.positions = \
+                new.rows, new.past, new.ids, new.mask, new.positions
+            return
+        width = max(batch.mask.shape[1], new.mask.shape[1])
+        _append_cache(batch.past, new.past, width - 1)
+        batch.rows = batch.rows + new.rows
+        batch.ids = torch.cat([batch.ids, new.ids])
+        batch.mask = torch.cat([_pad_left(batch.mask, width), _pad_left(new.mask, width)])
+        batch.positions = torch.cat([batch.positions, new.positions])
+
+    def _fail(self, rows: list[_Row], error: BaseException) -> None:
+        with self._cond:
+            for r in rows:
+                if not r.done:
+                    r.error, r.done = error, True
+
     def _push(self, row: _Row, token: int) -> None:
         """Add a chosen token to a row, as `stream_tokens` would (lock held)."""
         if token in self.stop_ids:
@@ -229,3 +280,29 @@ class BatchStreamer:
         if tail := row.detok.flush():
             row.pieces.append(tail)
         row.done = True
+
+
+def _joinable(past) -> bool:
+    """Whether rows can be appended to the cache `past`: a DynamicCache of plain per-row keys and values."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    layers = getattr(past, "layers", None)
+    return type(past) is DynamicCache and bool(layers) and all(type(x) is DynamicLayer and x.is_initialized
+                                                               for x in layers)
+
+
+def _pad_left(t: torch.Tensor, width: int, dim: int = 1) -> torch.Tensor:
+    """`t` with zeros prepended along `dim` up to `width` (a mask's padding, or cache entries it masks)."""
+    missing = width - t.shape[dim]
+    if missing <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+def _append_cache(past, new, length: int) -> None:
+    """Append the rows of cache `new` to cache `past`, each left-padded to `length` positions."""
+    for layer, extra in zip(past.layers, new.layers, strict=True):
+        layer.keys = torch.cat([_pad_left(layer.keys, length, -2), _pad_left(extra.keys, length, -2)])
+        layer.values = torch.cat([_pad_left(layer.values, length, -2), _pad_left(extra.values, length, -2)])
