@@ -111,8 +111,9 @@ def main() -> None:
             print(f"round {rnd} {arm}: wall {wall:.1f} s, mean latency {statistics.mean(latencies):.1f} s, longest "
                   f"{max(latencies):.1f} s, same as merged {same}/{len(tasks)}", flush=True)
     batch_stream._joinable = joinable
-    doc = {"bench": "served_join_speed", **machine(), "commit": commit(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "run_dir": str(out_dir), "seed": config.get("seed"), "tasks": len(tasks), "gap_s": args.gap_s,
+    doc = {"bench": "served_join_speed", **machine(), "commit": commit(), "torch": torch.__version__,
+           "threads": torch.get_num_threads(), "run_dir": str(out_dir), "seed": config.get("seed"),
+           "tasks": len(tasks), "gap_s": args.gap_s,
            "max_new_tokens": config["max_new_tokens"], **summary(runs), "runs": runs,
            "note": "latency_s: from a request's sending to its last token (model loaded once, before the rounds); "
                    "wall_s: from the first request's sending to the last answer; same_as_merged: answers equal to "
