@@ -91,3 +91,34 @@ def test_dev_pairs_are_the_dev_split_and_never_a_heldout_task():
     assert split.kept == len(rows)
     assert DogfoodConfig(output_dir="x").dev_pairs  # one round: the dev split is training data
     assert not DogfoodConfig(output_dir="x", rounds=2).dev_pairs  # two rounds: it is round 2's probe
+
+
+def test_renamed_repeats_keep_the_mix_size_and_rename_only_repeats(tmp_path):
+    """--renamed-dev changes names in the dev split's repeats, never how many rows the mix holds; the first copy
+    of each dev pair stays as written, and every renamed row parses."""
+    from mens.dogfood import stages
+    from mens.dogfood.pipeline import Context, DogfoodConfig
+    from mens.lang import get_language
+
+    def mixed(name: str, **flags) -> list[dict]:
+        cfg = DogfoodConfig(output_dir=tmp_path / name, quick=True, **flags)
+        cfg.output_dir.mkdir()
+        ctx = Context(cfg, log=lambda _: None)
+        for stage in (stages.extract, stages.validate, stages.pairs, stages.generate, stages.mix):
+            stage(ctx)
+        return [json.loads(line) for line in (cfg.output_dir / "corpus/mixed.jsonl").open()]
+
+    plain, renamed = mixed("plain"), mixed("renamed", renamed_dev=True)
+    assert len(renamed) == len(plain)
+    assert [r["source"] for r in renamed] == [r["source"] for r in plain]
+    changed = [(a, b) for a, b in zip(plain, renamed, strict=True) if a != b]
+    assert changed and all(b.get("renamed") for _, b in changed)
+    vox = get_language("vox")
+    assert all(vox.parse(b["response"]).ok for _, b in changed)
+    dev_sources = {r["source"] for r in plain if r["source"].startswith("bench-dev:")}
+    first_dev = {}
+    for a, b in zip(plain, renamed, strict=True):
+        if a["source"] in dev_sources and a["source"] not in first_dev:
+            first_dev[a["source"]] = (a, b)
+    assert all(a == b for a, b in first_dev.values())  # each dev pair's first copy is as written
+    assert all(b["source"].startswith("bench-dev:") for _, b in changed)

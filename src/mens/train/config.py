@@ -210,7 +210,8 @@ class TrainConfig(Section):
     """Run directory to write (adapter, manifest, config.yaml, telemetry, checkpoints)."""
     preset: str | None = None
     """Preset: a shipped name (`mens probe` lists them) or a YAML file of the config's shape. Unset: the
-    VOX_TRAIN_PROFILE variable, else the device's recommendation."""
+    VOX_TRAIN_PROFILE variable, else the device's recommendation. `mens.train.resolve.resolve_config` applies it
+    (as the CLI, dogfood and saved runs do); a TrainConfig built directly only records the name."""
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     """auto, cpu, cuda or mps (the original's best, gpu, nvidia, metal... are accepted)."""
     seed: int = 42
