@@ -94,12 +94,8 @@ class HFEngine:
         if ids:
             usage.prompt_tokens = len(ids)
             temperature, top_p = self._sampling(request)
-
-            def count(_token: int) -> None:
-                usage.completion_tokens += 1
-
             return self._streamer.stream(ids, max_new_tokens=request.max_tokens, temperature=temperature,
-                                         top_p=top_p, seed=request.seed, on_token=count,
+                                         top_p=top_p, seed=request.seed, on_token=_counter(usage),
                                          should_stop=request.cancelled.is_set,
                                          stop_text=code_block_closed if request.stop_at_closed_block else None)
         return self._stream(request, usage)
@@ -110,15 +106,11 @@ class HFEngine:
         ids = self.prompt_ids(request)
         usage.prompt_tokens = len(ids)
         constraint = language_constraint(self.language) if self._constrains(request) else None
-
-        def count(_token: int) -> None:
-            usage.completion_tokens += 1
-
         temperature, top_p = self._sampling(request)
         stop_text = code_block_closed if request.stop_at_closed_block and constraint is None else None
         yield from stream_tokens(self.loaded.model, self.loaded.tokenizer, ids, max_new_tokens=request.max_tokens,
                                  temperature=temperature, top_p=top_p, seed=request.seed, constraint=constraint,
-                                 on_token=count, stop_text=stop_text, should_stop=request.cancelled.is_set,
+                                 on_token=_counter(usage), stop_text=stop_text, should_stop=request.cancelled.is_set,
                                  draft=draft)
 
     def generate_batch(self, requests: list[GenerationRequest], progress: Progress | None = None) -> list[str]:
@@ -226,3 +218,12 @@ class _Finished:
     def step(self, _finished: int, _total: int) -> None:
         """A `generate_greedy_batch` progress callback: one more answer is done."""
         self.add(1)
+
+
+def _counter(usage: Usage):
+    """An `on_token` callback that counts completion tokens into `usage`."""
+
+    def count(_token: int) -> None:
+        usage.completion_tokens += 1
+
+    return count
