@@ -224,6 +224,53 @@ def test_a_failed_step_reaches_every_row_of_its_batch_and_the_next_batch_works(t
     assert again == _alone(model, tok, prompts[0], 5, 0.0, 1.0, None, stop_token_ids(tok, model))
 
 
+def test_a_failed_join_reaches_only_the_joining_rows(tiny):
+    """The running batch's rows finish as alone when the prompt step of rows joining it fails."""
+    model, tok = tiny
+    prompts = _ids(tok)
+    stop = stop_token_ids(tok, model)
+    streamer = BatchStreamer(model, tok, max_rows=8)
+    calls = []
+
+    def fail_the_join(_module, _args, kwargs):
+        calls.append(kwargs.get("past_key_values"))
+        if len(calls) > 1 and kwargs.get("past_key_values") is None:  # a prompt step after the batch's first
+            raise RuntimeError("out of memory")
+
+    entered, release, held = _held_first_step(model)
+    failing = model.register_forward_pre_hook(fail_the_join, with_kwargs=True)
+    try:
+        first = streamer.stream(prompts[0], max_new_tokens=8)
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.extend(first))
+        reader.start()
+        assert entered.wait(30)
+        late = streamer.stream(prompts[1], max_new_tokens=8)
+        errors: list[BaseException] = []
+
+        def read_late():
+            try:
+                list(late)
+            except RuntimeError as e:
+                errors.append(e)
+
+        other = threading.Thread(target=read_late)
+        other.start()
+        deadline = time.monotonic() + 30
+        while not streamer._pending:
+            assert time.monotonic() < deadline, "the late row never reached the streamer"
+            time.sleep(0.01)
+        release.set()
+        reader.join(30)
+        other.join(30)
+    finally:
+        held.remove()
+        failing.remove()
+    assert list(streamer.joins) == [1]
+    assert len(errors) == 1 and "batched decoding failed: RuntimeError: out of memory" in str(errors[0])
+    assert "".join(out) == _alone(model, tok, prompts[0], 8, 0.0, 1.0, None, stop)
+
+
 def test_hf_engine_batches_only_unconstrained_requests_with_a_prompt(tiny):
     model, tok = tiny
     loaded = LoadedModel(model, tok, "You write code.", "tiny", "model")
