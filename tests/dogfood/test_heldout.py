@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mens.dogfood.heldout import PROMPT_NEAR_DUP, code_hash, decontaminate, heldout_tasks, split_training_data
+from mens.errors import UsageError
 from mens.evaluate.bench import load_bench, load_references
 
 HELD = "fn-count-positive"
@@ -122,3 +125,5 @@ def test_renamed_repeats_keep_the_mix_size_and_rename_only_repeats(tmp_path):
             first_dev[a["source"]] = (a, b)
     assert all(a == b for a, b in first_dev.values())  # each dev pair's first copy is as written
     assert all(b["source"].startswith("bench-dev:") for _, b in changed)
+    with pytest.raises(UsageError, match="--renamed-dev"):
+        DogfoodConfig(output_dir=tmp_path / "none", renamed_dev=True, dev_pairs=False)

@@ -114,6 +114,9 @@ class DogfoodConfig:
             raise UsageError(f"--rounds {self.rounds}: use 1 or 2")
         if self.dev_pairs is None:
             self.dev_pairs = self.rounds == 1
+        if self.renamed_dev and not self.dev_pairs:
+            raise UsageError("--renamed-dev renames the repeats of the dev split's pairs, which this run leaves out "
+                             "(--no-dev-pairs, or --rounds 2); drop --renamed-dev or add --dev-pairs")
         if self.budget is None:
             self.budget = self.default_budget()
         if self.budget is not None:
