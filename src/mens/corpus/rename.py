@@ -102,7 +102,7 @@ def renamed_pair(prompt: str, response: str, lang: Language, rng: random.Random)
     res = lang.parse(response)
     if not res.ok:
         return None
-    keywords = set(getattr(lang, "feature_kinds", ()))
+    keywords = set(lang.feature_kinds)  # every Language names its keywords
     taken = set(re.findall(r"\w+", prompt)) | set(re.findall(r"\w+", response)) | keywords
     mapping: dict[str, str] = {}
     for _, name in res.decls:
