@@ -88,7 +88,7 @@ def test_a_cut_run_trains_the_hardest_rows_of_its_first_pass_in_its_second(data_
     (ordered,) = [e for e in events if e["event"] == "second_pass"]
     assert ordered["step"] == 9 and ordered["rows"] == 36 and ordered["hardest_first"] == 12
     losses = [e["loss"] for e in events if e["event"] == "step"]
-    plan = BatchPlan(36, 4, 0, 12)
+    plan = BatchPlan(36, 4, 42, 12)  # the config's default seed
     order = hardest_first(plan, losses[:9], total_steps=12)
     assert order is not None and order != plan.epoch_order(1)
     man = json.loads((out / "training_manifest.json").read_text())
@@ -117,11 +117,14 @@ def test_the_second_pass_order_survives_a_resume(data_dir, tmp_path, tiny_model_
 
 
 def test_a_resume_inside_the_second_pass_reads_the_saved_order(data_dir, tmp_path, tiny_model_dir):
-    over = {**RUN, "max_steps": 14, "save_every": 10, "keep_checkpoints": 3}
+    over = {**RUN, "max_steps": 14, "save_every": 3, "keep_checkpoints": 2}
     ref = tmp_path / "ref"
     run_training(tiny_config(data_dir, ref, tiny_model_dir, **over))
-    state = json.loads((ref / "checkpoints" / "step-10" / "state.json").read_text())
-    assert sorted(state["second_pass"]) == list(range(36))
+    state9, state = (json.loads((ref / "checkpoints" / f"step-{n}" / "state.json").read_text()) for n in (9, 12))
+    assert "second_pass" not in state9 and len(state9["first_pass_losses"]) == 9
+    plan = BatchPlan(36, 4, 42, 14)  # the config's default seed
+    assert state["second_pass"] == hardest_first(plan, state9["first_pass_losses"], 14) != plan.epoch_order(1)
+    assert state["first_pass_losses"] == []  # they have served: later checkpoints carry the order alone
     cut = tmp_path / "cut"
     shutil.copytree(ref, cut)
     (cut / "adapter_model.safetensors").unlink()

@@ -169,8 +169,10 @@ def _refit(st: LoopState, *, total: int, ceiling: int, next_at: int, t_start: fl
 def _order_second_pass(plan: BatchPlan, first_losses: list[float], total: int, ckpt_state: dict,
                        telemetry: Telemetry, view: ProgressView) -> None:
     """At the start of the second pass: where the run ends inside it, the rows the first pass found hardest come
-    first (`data.hardest_first`)."""
+    first (`data.hardest_first`). The first pass's losses have then served: later checkpoints carry the order
+    alone."""
     order = hardest_first(plan, first_losses, total)
+    first_losses.clear()
     if order is None:
         return
     plan.second_pass = ckpt_state["second_pass"] = order
