@@ -61,6 +61,36 @@ def build_tiny_tokenizer(texts=None, vocab_size: int = 280):
     return hf
 
 
+@pytest.fixture(scope="session")
+def tiny_base(tmp_path_factory):
+    """A 2-layer Llama whose tokenizer was trained on the embedded Vox programs (`mens dogfood`'s base in tests)."""
+    import torch
+    import transformers
+
+    from mens.corpus.extract import embedded_root
+
+    texts = [p.read_text() for p in sorted(embedded_root("vox").glob("*.vox"))]
+    tok = build_tiny_tokenizer(texts, vocab_size=400)
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                                   eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    base = tmp_path_factory.mktemp("tiny") / "base"
+    transformers.LlamaForCausalLM(cfg).save_pretrained(base)
+    tok.save_pretrained(base)
+    return base
+
+
+def tiny_dogfood_config(out, base, **kw):
+    """A `mens dogfood` on `tiny_base` that runs every stage in seconds: 3 steps, 2 held-out tasks, 12 tokens."""
+    from mens.dogfood import DogfoodConfig
+
+    settings = {"model": str(base), "quick": True, "train": {"schedule.max_steps": 3}, "limit": 2,
+                "max_new_tokens": 12, "synthetic": 30, "tasks": 30,
+                "modes": ("greedy", "constrained"), "device": "cpu", **kw}
+    return DogfoodConfig(output_dir=out, **settings)
+
+
 @pytest.fixture
 def make_tiny_run(tmp_path):
     """Factory: a run directory (tiny Llama base + non-zero LoRA adapter + manifest) built with peft directly."""

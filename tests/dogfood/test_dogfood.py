@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from tests.conftest import build_tiny_tokenizer
+from tests.conftest import tiny_dogfood_config as _cfg
 
 from mens.corpus.normalize import code_in_response
 from mens.dogfood import DogfoodConfig, run_dogfood
@@ -16,33 +16,6 @@ from mens.evaluate.bench import load_references
 
 STAGES = ["extract", "validate", "pairs", "generate", "mix", "heldout", "eval-base", "train", "eval-tuned", "gate",
           "merge", "parity", "card"]
-
-
-@pytest.fixture(scope="module")
-def tiny_base(tmp_path_factory):
-    """A 2-layer Llama whose tokenizer was trained on the embedded Vox programs."""
-    import torch
-    import transformers
-
-    from mens.corpus.extract import embedded_root
-
-    texts = [p.read_text() for p in sorted(embedded_root("vox").glob("*.vox"))]
-    tok = build_tiny_tokenizer(texts, vocab_size=400)
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                                   eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
-    base = tmp_path_factory.mktemp("tiny") / "base"
-    transformers.LlamaForCausalLM(cfg).save_pretrained(base)
-    tok.save_pretrained(base)
-    return base
-
-
-def _cfg(out, base, **kw) -> DogfoodConfig:
-    settings = {"model": str(base), "quick": True, "train": {"schedule.max_steps": 3}, "limit": 2,
-                "max_new_tokens": 12, "synthetic": 30, "tasks": 30,
-                "modes": ("greedy", "constrained"), "device": "cpu", **kw}
-    return DogfoodConfig(output_dir=out, **settings)
 
 
 def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):

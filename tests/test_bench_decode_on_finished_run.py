@@ -1,0 +1,77 @@
+"""The benches that time decoding on a finished `mens dogfood -o DIR` (bench/eval_batch_speed.py,
+bench/constrained_redo_speed.py, bench/cpu_decode_kernels.py), run end to end on a tiny dogfood run: each reads
+the run, times both of its ways, and records that both ways gave the same answers and scores."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import tiny_dogfood_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import constrained_redo_speed  # noqa: E402
+import cpu_decode_kernels  # noqa: E402
+import eval_batch_speed  # noqa: E402
+
+TASKS = 2  # tiny_dogfood_config's --limit
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_base):
+    from mens.dogfood import run_dogfood
+
+    out = tmp_path_factory.mktemp("finished") / "df"
+    run_dogfood(tiny_dogfood_config(out, tiny_base), log=lambda line: None)
+    return out
+
+
+def _run(script, finished: Path, out: Path, monkeypatch, *extra: str) -> dict:
+    monkeypatch.setattr(sys, "argv", [script.__file__, "--from-dir", str(finished), "--rounds", "1",
+                                      "--output", str(out), *extra])
+    script.main()
+    return json.loads(out.read_text())
+
+
+def test_eval_batch_speed_times_both_ways_and_they_answer_alike(finished, tmp_path, monkeypatch):
+    import mens.model.batch_decode as gen
+
+    dropper = gen._drop_ended
+    rec = _run(eval_batch_speed, finished, tmp_path / "eval-batch.json", monkeypatch)
+    assert gen._drop_ended is dropper  # put back for every later caller
+    assert rec["bench"] == "eval_batch_speed" and rec["tasks"] == TASKS and rec["cpu"]
+    assert rec["same_answers"] == {"base": TASKS, "tuned": TASKS}
+    assert set(rec["seconds"]) == {"base_greedy", "tuned_greedy"}
+    assert all(len(way) == 1 for times in rec["seconds"].values() for way in times.values())
+    modes = rec["tuned_eval_modes"]
+    assert set(modes) == {"dropped_64", "carried_16"} and set(modes["dropped_64"]) == {"greedy", "retry", "constrained"}
+    for mode in ("greedy", "retry", "constrained"):
+        assert modes["dropped_64"][mode]["pass_at_1"] == modes["carried_16"][mode]["pass_at_1"]
+
+
+def test_constrained_redo_speed_repairs_from_the_draft_as_from_scratch(finished, tmp_path, monkeypatch):
+    rec = _run(constrained_redo_speed, finished, tmp_path / "redo.json", monkeypatch)
+    assert rec["bench"] == "constrained_redo_speed" and rec["tasks"] == TASKS
+    assert rec["same_answers"] == f"{TASKS} of {TASKS}"
+    assert rec["scores"]["from_draft"] == rec["scores"]["from_scratch"]
+    assert rec["drafts_repaired"] <= TASKS  # one redo at most for each task's one answer
+    # a repair from the draft runs the model from the first repair only: never more steps than from scratch
+    assert rec["model_steps"]["from_draft"][0] <= rec["model_steps"]["from_scratch"][0]
+
+
+def test_cpu_decode_kernels_packs_the_linears_and_answers_as_plain(finished, tmp_path, monkeypatch):
+    from mens.model import cpu_linear
+
+    if not cpu_linear.packing_available():
+        pytest.skip("this torch build has no oneDNN")
+    pack = cpu_linear.pack_linears
+    rec = _run(cpu_decode_kernels, finished, tmp_path / "kernels.json", monkeypatch, "--note", "test")
+    assert cpu_linear.pack_linears is pack
+    assert rec["bench"] == "cpu_decode_kernels" and rec["note"] == "test" and rec["packed_layers"] > 0
+    assert rec["same_answers"] == {"base": TASKS, "tuned": TASKS}
+    assert set(rec["tuned_step_ms_by_rows"]) == {"1", "4", "16", "60"}
+    assert all(set(ms) == {"packed", "plain"} for ms in rec["tuned_step_ms_by_rows"].values())
+    for mode in ("greedy", "retry", "constrained"):
+        assert rec["tuned_eval_modes"]["packed"][mode]["pass_at_1"] == rec["tuned_eval_modes"]["plain"][mode][
+            "pass_at_1"]
