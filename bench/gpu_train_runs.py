@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import resource
+import statistics
 import time
 from pathlib import Path
 
@@ -220,17 +221,21 @@ class StepClock:
                          "self_cpu_ms": round(e.self_cpu_time_total / 1e3, 3)} for e in events[:top]]}
 
     def timed(self, warmup: int) -> dict:
-        """Rates over the steps after `warmup` (their tokens over the time from the end of the last warm-up step)."""
+        """Rates over the steps after `warmup` (their tokens over the time from the end of the last warm-up step),
+        and the supervised rate at the median timed step's time (`median_step_supervised_tokens_per_s`): a few
+        timed steps weigh a one-time cost, such as a kernel's first compile for a new shape, more than a long
+        run's thousands of steps do; the median leaves it out. Both are recorded; neither replaces the other."""
         t0 = self.steps[warmup - 1]["t"] if warmup else self.t_start
         timed = self.steps[warmup:]
         secs = timed[-1]["t"] - t0 if timed else 0.0
         tok, sup = sum(s["tokens"] for s in timed), sum(s["supervised"] for s in timed)
+        step_s = [b["t"] - a for a, b in zip([self.t_start] + [s["t"] for s in self.steps], self.steps, strict=False)]
+        median_s = statistics.median(step_s[warmup:]) if timed else 0.0
         return {"timed_steps": len(timed), "timed_s": round(secs, 3), "timed_input_tokens": tok,
                 "timed_supervised_tokens": sup, "tokens_per_s": round(tok / secs, 1) if secs else None,
                 "supervised_tokens_per_s": round(sup / secs, 1) if secs else None,
-                "step_losses": [s["loss"] for s in self.steps],
-                "step_s": [round(b["t"] - a, 4) for a, b in zip([self.t_start] + [s["t"] for s in self.steps],
-                                                                self.steps, strict=False)],
+                "median_step_supervised_tokens_per_s": round(sup / (median_s * len(timed)), 1) if median_s else None,
+                "step_losses": [s["loss"] for s in self.steps], "step_s": [round(t, 4) for t in step_s],
                 **({"profile": self.profile_table()} if self.prof is not None else {})}
 
 

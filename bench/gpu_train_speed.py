@@ -7,7 +7,9 @@ packed rows (mens' packing: examples first-fit into rows of --seq-len, attention
 per-example position ids; TRL gets those rows with their example lengths and packs nothing itself) in the same
 order. Every run is a process of its own (--grouped: one per shape, and one per shape for Liger); runs alternate
 mens, TRL(, TRL+Liger) and repeat; warm-up steps are not timed; each step end is timed after
-`torch.cuda.synchronize()`, peak memory counts from `reset_peak_memory_stats()` at the run's start.
+`torch.cuda.synchronize()`, peak memory counts from `reset_peak_memory_stats()` at the run's start. Beside each
+rate over the timed steps, a rate at the median step's time leaves out what a few steps pay once (a kernel's first
+compile for a new shape), which a long run spreads over thousands of steps; the summary gives both and their ratios.
 
 MFU = tokens/s x 6 x N / peak, N = every weight a token is multiplied by (decoder + LM head; the embedding lookup
 excluded). The 6N rule counts forward (2N) and backward (4N); a frozen LoRA/QLoRA base skips the weight-gradient
@@ -111,6 +113,8 @@ def summarize(results: list[dict], meta: dict, peak: float | None, measured: flo
             mem = [r.get("peak_allocated_mb") or r["peak_rss_mb"] for r in rs]
             med = statistics.median([t for t in tps if t] or [0]) or None
             entry["sides"][side] = {"supervised_tokens_per_s": spread([r["supervised_tokens_per_s"] for r in rs]),
+                                    "median_step_supervised_tokens_per_s": spread(
+                                        [r.get("median_step_supervised_tokens_per_s") for r in rs]),
                                     "tokens_per_s": spread(tps), "peak_memory_mb": spread(mem),
                                     "mfu_vs_peak": mfu(med, n, peak), "mfu_vs_measured": mfu(med, n, measured),
                                     "first_batch_loss": rs[0]["first_batch_loss"] if rs else None}
@@ -126,6 +130,10 @@ def summarize(results: list[dict], meta: dict, peak: float | None, measured: flo
             entry[f"mens_over_{peer}"] = {
                 "supervised_tokens_per_s": spread([m["supervised_tokens_per_s"] / p["supervised_tokens_per_s"]
                                                    for m, p in pairs if p["supervised_tokens_per_s"]]),
+                "median_step_supervised_tokens_per_s": spread([
+                    m["median_step_supervised_tokens_per_s"] / p["median_step_supervised_tokens_per_s"]
+                    for m, p in pairs if m.get("median_step_supervised_tokens_per_s")
+                    and p.get("median_step_supervised_tokens_per_s")]),
                 "peak_memory": spread([(m.get("peak_allocated_mb") or m["peak_rss_mb"])
                                        / (p.get("peak_allocated_mb") or p["peak_rss_mb"]) for m, p in pairs]),
                 "first_batch_loss_abs_diff": round(abs(mens[0]["first_batch_loss"] - prs[0]["first_batch_loss"]), 5),

@@ -16,6 +16,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
 gts = pytest.importorskip("gpu_train_speed")
+runs = gts.runs
 
 
 def test_plan_puts_the_first_shape_qlora_pair_first_and_alternates_sides():
@@ -50,6 +51,7 @@ def test_mfu_is_six_n_tokens_over_peak():
 def test_summary_pairs_rounds_and_flags_different_tokens():
     def rec(side, sup_rate, mem, loss, sup=100):
         return {"shape": "s", "backend": "lora", "side": side, "ok": True, "supervised_tokens_per_s": sup_rate,
+                "median_step_supervised_tokens_per_s": sup_rate * 1.5 if side == "mens" else sup_rate,
                 "tokens_per_s": sup_rate * 2, "peak_rss_mb": mem, "first_batch_loss": loss,
                 "timed_supervised_tokens": sup}
 
@@ -57,10 +59,31 @@ def test_summary_pairs_rounds_and_flags_different_tokens():
                rec("trl", 100, 100, 2.0)]
     s = gts.summarize(results, {"s": {"matmul_params": 10**6}}, 100.0, None)["s/lora"]
     assert s["mens_over_trl"]["supervised_tokens_per_s"] == {"min": 2.0, "median": 2.5, "max": 3.0, "n": 2}
+    assert s["mens_over_trl"]["median_step_supervised_tokens_per_s"] == {"min": 3.0, "median": 3.75, "max": 4.5,
+                                                                         "n": 2}
+    assert s["sides"]["mens"]["median_step_supervised_tokens_per_s"]["median"] == 375.0
+    for r in results:  # records from before the median-step rate: no ratio, the rest as before
+        del r["median_step_supervised_tokens_per_s"]
+    old = gts.summarize(results, {}, None, None)["s/lora"]
+    assert old["mens_over_trl"]["median_step_supervised_tokens_per_s"] is None
+    assert old["mens_over_trl"]["supervised_tokens_per_s"]["median"] == 2.5
     assert s["mens_over_trl"]["peak_memory"]["median"] == 0.5
     assert s["mens_over_trl"]["same_timed_tokens"] and s["mens_over_trl"]["first_batch_loss_abs_diff"] == 0
     results[1]["timed_supervised_tokens"] = 99
     assert not gts.summarize(results, {}, None, None)["s/lora"]["mens_over_trl"]["same_timed_tokens"]
+
+
+def test_the_median_step_rate_leaves_out_a_one_time_stall():
+    """Four timed steps of 100 supervised tokens, 0.1 s each but one of 0.5 s (a kernel's first compile): 500
+    tokens/s over the timed steps, 1,000 at the median step's time; the warm-up step counts in neither."""
+    clock = runs.StepClock("cpu")
+    clock.t_start = 0.0
+    ends = [2.0, 2.1, 2.6, 2.7, 2.8]  # a 2 s warm-up step, then 0.1, 0.5, 0.1, 0.1
+    clock.steps = [{"t": t, "tokens": 200, "supervised": 100, "loss": 1.0} for t in ends]
+    got = clock.timed(1)
+    assert got["timed_steps"] == 4 and got["supervised_tokens_per_s"] == pytest.approx(500.0)
+    assert got["median_step_supervised_tokens_per_s"] == pytest.approx(1000.0)
+    assert got["step_s"] == [2.0, 0.1, 0.5, 0.1, 0.1]
 
 
 def test_dry_run_prints_the_estimate_and_writes_nothing(tmp_path, capsys):
@@ -88,6 +111,8 @@ def test_tiny_cpu_mode_trains_both_sides_on_the_same_tokens(tmp_path):
     # every step's own time (warm-up steps included), so a slow stretch inside a run shows where it was
     assert len(mens["step_s"]) == len(mens["step_losses"]) and all(t > 0 for t in mens["step_s"])
     assert sum(mens["step_s"][-mens["timed_steps"]:]) == pytest.approx(mens["timed_s"], abs=0.01)
+    assert mens["median_step_supervised_tokens_per_s"] > 0
+    assert doc["summary"]["qwen2.5-0.5b/lora"]["sides"]["mens"]["median_step_supervised_tokens_per_s"]["n"] == 1
     if importlib.util.find_spec("trl") is None:
         assert "trl" in doc["skipped_sides"]
         return
