@@ -1,6 +1,7 @@
-"""The benches that time decoding on a finished `mens dogfood -o DIR` (bench/eval_batch_speed.py,
-bench/constrained_redo_speed.py, bench/cpu_decode_kernels.py), run end to end on a tiny dogfood run: each reads
-the run, times both of its ways, and records that both ways gave the same answers and scores."""
+"""The benches that decode on a finished `mens dogfood -o DIR`, run end to end on a tiny dogfood run: those that
+time two ways (bench/eval_batch_speed.py, bench/constrained_redo_speed.py, bench/cpu_decode_kernels.py) record that
+both gave the same answers and scores; bench/template_parity.py, that plain transformers on the merged directory
+builds mens' prompt and gives eval-local's answers."""
 
 import json
 import sys
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import constrained_redo_speed  # noqa: E402
 import cpu_decode_kernels  # noqa: E402
 import eval_batch_speed  # noqa: E402
+import template_parity  # noqa: E402
 
 TASKS = 2  # tiny_dogfood_config's --limit
 
@@ -75,3 +77,14 @@ def test_cpu_decode_kernels_packs_the_linears_and_answers_as_plain(finished, tmp
     for mode in ("greedy", "retry", "constrained"):
         assert rec["tuned_eval_modes"]["packed"][mode]["pass_at_1"] == rec["tuned_eval_modes"]["plain"][mode][
             "pass_at_1"]
+
+
+def test_template_parity_finds_the_merged_model_answering_as_in_mens(finished, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [template_parity.__file__, "--from-dir", str(finished),
+                                      "--output", str(tmp_path / "template.json")])
+    template_parity.main()
+    rec = json.loads((tmp_path / "template.json").read_text())
+    assert rec["bench"] == "template_parity" and rec["tasks"] == TASKS and len(rec["rows"]) == TASKS
+    # the merged directory's chat template carries the run's system prompt: a user's plain prompt is mens' prompt,
+    # and plain greedy `generate` gives eval-local's answers
+    assert rec["same_prompt"] == TASKS and rec["answer_reproduced"] == TASKS
