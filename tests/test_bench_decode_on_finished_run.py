@@ -1,7 +1,8 @@
 """The benches that decode on a finished `mens dogfood -o DIR`, run end to end on a tiny dogfood run: those that
-time two ways (bench/eval_batch_speed.py, bench/constrained_redo_speed.py, bench/cpu_decode_kernels.py) record that
-both gave the same answers and scores; bench/template_parity.py, that plain transformers on the merged directory
-builds mens' prompt and gives eval-local's answers."""
+time two ways (bench/eval_batch_speed.py, bench/constrained_redo_speed.py, bench/cpu_decode_kernels.py,
+bench/parity_speed.py) record that both gave the same answers and scores; bench/template_parity.py, that plain
+transformers on the merged directory builds mens' prompt and gives eval-local's answers; bench/served_parity.py,
+that `mens serve` on it answers every task as the merged model and the adapter did."""
 
 import json
 import sys
@@ -15,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import constrained_redo_speed  # noqa: E402
 import cpu_decode_kernels  # noqa: E402
 import eval_batch_speed  # noqa: E402
+import parity_speed  # noqa: E402
+import served_parity  # noqa: E402
 import template_parity  # noqa: E402
 
 TASKS = 2  # tiny_dogfood_config's --limit
@@ -88,3 +91,23 @@ def test_template_parity_finds_the_merged_model_answering_as_in_mens(finished, t
     # the merged directory's chat template carries the run's system prompt: a user's plain prompt is mens' prompt,
     # and plain greedy `generate` gives eval-local's answers
     assert rec["same_prompt"] == TASKS and rec["answer_reproduced"] == TASKS
+
+
+def test_parity_speed_adopts_only_answers_that_decoding_gives(finished, tmp_path, monkeypatch):
+    rec = _run(parity_speed, finished, tmp_path / "parity.json", monkeypatch)
+    assert rec["bench"] == "parity_speed" and rec["tasks"] == TASKS
+    assert all(len(v) == 1 for v in rec["seconds"].values())
+    assert rec["adopted_but_decoded_differently"] == []  # teacher forcing never keeps an answer decoding changes
+    assert rec["adopted"] + len(rec["refused"]) == TASKS
+    assert all(r["why"] for r in rec["refused"])
+
+
+def test_served_parity_sends_every_task_and_the_server_answers_as_the_adapter(finished, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [served_parity.__file__, "--from-dir", str(finished),
+                                      "--output", str(tmp_path / "served.json")])
+    served_parity.main()
+    rec = json.loads((tmp_path / "served.json").read_text())
+    assert rec["bench"] == "served_parity" and len(rec["rows"]) == TASKS
+    assert rec["served_vs_merged"]["tasks"] == rec["served_vs_merged"]["same_result"] == TASKS
+    # a tiny f32 LoRA merges exactly: the server's text is the adapter's
+    assert rec["served_vs_adapter"]["same_text"] == rec["served_vs_adapter"]["tasks"] == TASKS
