@@ -152,8 +152,8 @@ def main() -> None:
         "machine": {"host": socket.gethostname(), "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
                     "flags": cpu_flags(), "torch": torch.__version__},
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-        "shared_cpu_note": "other jobs (other helpers' builds and tests) shared these CPUs while this ran; both "
-                           "sides alternate per prompt and round, so the ratio is the figure to quote",
+        "timing_note": "both sides alternate per prompt and round, so the ratio is the figure to quote; "
+                       "load_average_before_after says how busy the CPUs were around the run",
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     args.out.mkdir(parents=True, exist_ok=True)

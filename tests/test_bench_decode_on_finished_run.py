@@ -1,8 +1,12 @@
-"""The benches that decode on a finished `mens dogfood -o DIR`, run end to end on a tiny dogfood run: those that
-time two ways (bench/eval_batch_speed.py, bench/constrained_redo_speed.py, bench/cpu_decode_kernels.py,
-bench/parity_speed.py) record that both gave the same answers and scores; bench/template_parity.py, that plain
-transformers on the merged directory builds mens' prompt and gives eval-local's answers; bench/served_parity.py,
-that `mens serve` on it answers every task as the merged model and the adapter did."""
+"""The benches that decode on a finished `mens dogfood -o DIR`, run end to end on a tiny dogfood run.
+
+- Those that time two ways (bench/eval_batch_speed.py, bench/constrained_redo_speed.py, bench/cpu_decode_kernels.py,
+  bench/parity_speed.py) record that both gave the same answers and scores.
+- bench/constrained_speed.py records both answers of each prompt, free and constrained.
+- bench/template_parity.py finds that plain transformers on the merged directory builds mens' prompt and gives
+  eval-local's answers; bench/served_parity.py, that `mens serve` on it answers every task as the merged model and
+  the adapter did.
+"""
 
 import json
 import sys
@@ -14,6 +18,7 @@ from tests.conftest import tiny_dogfood_config
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import constrained_redo_speed  # noqa: E402
+import constrained_speed  # noqa: E402
 import cpu_decode_kernels  # noqa: E402
 import eval_batch_speed  # noqa: E402
 import parity_speed  # noqa: E402
@@ -111,3 +116,19 @@ def test_served_parity_sends_every_task_and_the_server_answers_as_the_adapter(fi
     assert rec["served_vs_merged"]["tasks"] == rec["served_vs_merged"]["same_result"] == TASKS
     # a tiny f32 LoRA merges exactly: the server's text is the adapter's
     assert rec["served_vs_adapter"]["same_text"] == rec["served_vs_adapter"]["tasks"] == TASKS
+
+
+def test_constrained_speed_decodes_each_prompt_both_ways(finished, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [constrained_speed.__file__, "--model", str(finished / "merged"), "--bench",
+                                      str(finished / "bench" / "heldout.jsonl"), "--tasks", str(TASKS), "--rounds",
+                                      "1", "--max-new-tokens", "12", "--out", str(tmp_path)])
+    constrained_speed.main()
+    (path,) = tmp_path.glob("constrained_speed-*.json")
+    rec = json.loads(path.read_text())
+    assert rec["tasks"] == TASKS and len(rec["rounds_detail"]) == 1
+    (done,) = rec["rounds_detail"]
+    assert done["tokens"]["free"] > 0 and done["tokens"]["constrained"] > 0
+    assert rec["paired_prompt_ratios"]["n"] == TASKS and len(rec["answers"]) == TASKS
+    same_text = sum(a["free"].strip() == a["constrained"].strip() for a in rec["answers"].values())
+    assert rec["answers_same_text"] == f"{same_text}/{TASKS}" and rec["machine"]["flags"]
+    assert "shared these CPUs" not in json.dumps(rec)  # the record claims nothing it did not see
