@@ -37,9 +37,11 @@ def finished(tmp_path_factory, tiny_base):
     return out
 
 
-def _run(script, finished: Path, out: Path, monkeypatch, *extra: str) -> dict:
-    monkeypatch.setattr(sys, "argv", [script.__file__, "--from-dir", str(finished), "--rounds", "1",
-                                      "--output", str(out), *extra])
+def _run(script, finished: Path, out: Path, monkeypatch, *extra: str, rounds: bool = True) -> dict:
+    """The script's record of `finished`, written to `out` (one round where the script takes --rounds)."""
+    one_round = ["--rounds", "1"] if rounds else []
+    monkeypatch.setattr(sys, "argv", [script.__file__, "--from-dir", str(finished), *one_round, "--output", str(out),
+                                      *extra])
     script.main()
     return json.loads(out.read_text())
 
@@ -88,10 +90,7 @@ def test_cpu_decode_kernels_packs_the_linears_and_answers_as_plain(finished, tmp
 
 
 def test_template_parity_finds_the_merged_model_answering_as_in_mens(finished, tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", [template_parity.__file__, "--from-dir", str(finished),
-                                      "--output", str(tmp_path / "template.json")])
-    template_parity.main()
-    rec = json.loads((tmp_path / "template.json").read_text())
+    rec = _run(template_parity, finished, tmp_path / "template.json", monkeypatch, rounds=False)
     assert rec["bench"] == "template_parity" and rec["tasks"] == TASKS and len(rec["rows"]) == TASKS
     # the merged directory's chat template carries the run's system prompt: a user's plain prompt is mens' prompt,
     # and plain greedy `generate` gives eval-local's answers
@@ -108,10 +107,7 @@ def test_parity_speed_adopts_only_answers_that_decoding_gives(finished, tmp_path
 
 
 def test_served_parity_sends_every_task_and_the_server_answers_as_the_adapter(finished, tmp_path, monkeypatch):
-    monkeypatch.setattr(sys, "argv", [served_parity.__file__, "--from-dir", str(finished),
-                                      "--output", str(tmp_path / "served.json")])
-    served_parity.main()
-    rec = json.loads((tmp_path / "served.json").read_text())
+    rec = _run(served_parity, finished, tmp_path / "served.json", monkeypatch, rounds=False)
     assert rec["bench"] == "served_parity" and len(rec["rows"]) == TASKS
     assert rec["served_vs_merged"]["tasks"] == rec["served_vs_merged"]["same_result"] == TASKS
     # a tiny f32 LoRA merges exactly: the server's text is the adapter's
