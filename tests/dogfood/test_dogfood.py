@@ -32,7 +32,7 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     assert [k for k, v in state["stages"].items() if v["status"] == "done"] == STAGES
     for rel in ("corpus/units.jsonl", "corpus/validated.jsonl", "corpus/rejects.jsonl", "corpus/pairs.jsonl",
                 "corpus/synthetic.jsonl", "corpus/tasks.jsonl", "corpus/bench_dev.jsonl", "corpus/requests.jsonl",
-                "corpus/mix.yaml", "corpus/mixed.jsonl",
+                "corpus/repairs.jsonl", "corpus/mix.yaml", "corpus/mixed.jsonl",
                 "data/train.jsonl", "data/heldout_split.json", "data/eval_results.json", "bench/heldout.jsonl",
                 "bench/heldout_reference.jsonl", "eval/base_results.json", "eval/merged_results.json",
                 "run/merge_parity.json", "run/adapter_model.safetensors",
@@ -50,6 +50,9 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     # the shipped hand-written requests are in the mix, once each
     requests = [r for r in train if r.get("origin") == "requests"]
     assert requests and len(requests) == len((out / "corpus/requests.jsonl").read_text().splitlines())
+    # and the repair pairs made from them: each answer is one of those requests' answers
+    repaired = [r for r in train if r.get("origin") == "repairs"]
+    assert repaired and {r["response"] for r in repaired} <= {r["response"] for r in requests}
     bench = json.loads((out / "run/benchmark_results.json").read_text())
     assert set(bench["modes"]) == {"greedy", "constrained"} and bench["base"]["metrics"]["tasks"] == 2
     assert bench["metrics"]["gain_over_base"] == pytest.approx(
@@ -134,10 +137,10 @@ def test_quick_records_the_packaged_gate_without_enforcing_it(tmp_path, tiny_bas
     assert any("not enforced with --quick" in line for line in logs)
 
 
-def test_zero_synthetic_and_task_pairs_leave_those_sources_out(tmp_path, tiny_base):
+def test_zero_synthetic_task_and_repair_pairs_leave_those_sources_out(tmp_path, tiny_base):
     from mens.dogfood.pipeline import Pipeline
 
-    p = Pipeline(_cfg(tmp_path / "df", tiny_base, synthetic=0, tasks=0))
+    p = Pipeline(_cfg(tmp_path / "df", tiny_base, synthetic=0, tasks=0, repairs=0))
     p.prepare()
     for name, fn in p.stages:
         if name == "eval-base":
@@ -148,8 +151,9 @@ def test_zero_synthetic_and_task_pairs_leave_those_sources_out(tmp_path, tiny_ba
     mix = yaml.safe_load((tmp_path / "df/corpus/mix.yaml").read_text())
     assert [s["path"] for s in mix["sources"]] == ["pairs.jsonl", "bench_dev.jsonl", "requests.jsonl"]
     assert not (tmp_path / "df/corpus/tasks.jsonl").exists()
+    assert not (tmp_path / "df/corpus/repairs.jsonl").exists()
     rows = [json.loads(line) for line in (tmp_path / "df/data/train.jsonl").read_text().splitlines()]
-    assert rows and not any(r["source"].startswith(("taskgen", "generate")) for r in rows)
+    assert rows and not any(r["source"].startswith(("taskgen", "generate", "repair:")) for r in rows)
 
 
 def test_budget_times_probe_steps_and_plans_the_training(tmp_path, tiny_base, monkeypatch):

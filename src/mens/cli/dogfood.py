@@ -32,6 +32,9 @@ def dogfood(
                                    help="Synthetic programs to add (default 50; quick 40; 0 = none)."),
     tasks: int = typer.Option(None, "--tasks", min=0,
                                help="Task-shaped synthetic pairs to add (default 150; quick 60; 0 = none)."),
+    repairs: int = typer.Option(None, "--repairs", min=0,
+                                 help="Repair pairs to add: a request's answer broken by one edit, asked to be "
+                                      "fixed (default 150; quick 20; 0 = none)."),
     limit: int = typer.Option(None, "--limit", min=1, help="Evaluate only the first N held-out tasks."),
     max_new_tokens: int = typer.Option(None, "--max-new-tokens", min=1, help="Answer budget in eval (200; quick 128)."),
     modes: str = typer.Option("greedy,retry,constrained", "--modes", help="Decoding modes for the tuned model."),
@@ -64,7 +67,7 @@ def dogfood(
                                    "batch_size": batch_size, "learning_rate": lr}),
                       parse_overrides(train or [], "--train"))
     cfg = DogfoodConfig(output_dir=output_dir, model=model, corpus=list(corpus or []), quick=quick, device=device,
-                        train=overrides, synthetic=synthetic, tasks=tasks, limit=limit, max_new_tokens=max_new_tokens,
+                        train=overrides, synthetic=synthetic, tasks=tasks, repairs=repairs, limit=limit, max_new_tokens=max_new_tokens,
                         modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
                         gates=None if gates is None else Path(gates), rounds=rounds, seed=seed,
                         dev_pairs=dev_pairs, renamed_dev=renamed_dev, requests=requests, served_tasks=served_tasks,

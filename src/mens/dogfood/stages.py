@@ -4,7 +4,7 @@ Each reads what earlier stages wrote under the output directory and writes its o
 heavy libraries are imported inside the stages that need them.
 
     corpus/units.jsonl validated.jsonl rejects.jsonl pairs.jsonl synthetic.jsonl tasks.jsonl bench_dev.jsonl
-    requests.jsonl mix.yaml mixed.jsonl
+    requests.jsonl repairs.jsonl mix.yaml mixed.jsonl
     data/train.jsonl heldout_split.json eval_results.json    bench/heldout.jsonl heldout_reference.jsonl
     eval/base_results.json merged_results.json    run/ (mens train + benchmark_results.json, gate_receipt.json,
     merge_parity.json, README.md, report.html, plots/)    merged/ (mens merge, with the same README.md)
@@ -112,6 +112,14 @@ def generate(ctx: Context) -> str:
         reqs = request_pairs(LANGUAGE)
         write_jsonl(ctx.path("corpus", "requests.jsonl"), reqs)
         note += f"; {len(reqs)} hand-written requests, each answer checked"
+    if ctx.cfg.repairs:
+        from mens.corpus.repairs import repair_pairs
+        from mens.corpus.requests import request_pairs
+        from mens.lang import get_language
+
+        rows, rep = repair_pairs(request_pairs(LANGUAGE), ctx.cfg.repairs, ctx.cfg.seed, get_language(LANGUAGE))
+        write_jsonl(ctx.path("corpus", "repairs.jsonl"), rows)
+        note += f"; {rep.written} repair pairs ({len(rep.by_edit)} kinds of edit, each rejected by the parser)"
     return note
 
 
@@ -136,7 +144,8 @@ def mix(ctx: Context) -> str:
                           *([{"path": "synthetic.jsonl", "weight": 1.0}] if ctx.cfg.synthetic else []),
                           *([{"path": "tasks.jsonl", "weight": 1.0}] if ctx.cfg.tasks else []),
                           *(_dev_sources(ctx.cfg.renamed_dev) if ctx.cfg.dev_pairs else []),
-                          *([{"path": "requests.jsonl", "weight": REQUEST_REPEATS}] if ctx.cfg.requests else [])]}
+                          *([{"path": "requests.jsonl", "weight": REQUEST_REPEATS}] if ctx.cfg.requests else []),
+                          *([{"path": "repairs.jsonl", "weight": 1.0}] if ctx.cfg.repairs else [])]}
     (c / "mix.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     rep = mix_sources(c / "mix.yaml", base=c)
     return f"{rep['total_emitted']} rows from {len(rep['sources'])} sources"
