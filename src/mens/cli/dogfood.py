@@ -67,7 +67,8 @@ def dogfood(
                                    "batch_size": batch_size, "learning_rate": lr}),
                       parse_overrides(train or [], "--train"))
     cfg = DogfoodConfig(output_dir=output_dir, model=model, corpus=list(corpus or []), quick=quick, device=device,
-                        train=overrides, synthetic=synthetic, tasks=tasks, repairs=repairs, limit=limit, max_new_tokens=max_new_tokens,
+                        train=overrides, synthetic=synthetic, tasks=tasks, repairs=repairs, limit=limit,
+                        max_new_tokens=max_new_tokens,
                         modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
                         gates=None if gates is None else Path(gates), rounds=rounds, seed=seed,
                         dev_pairs=dev_pairs, renamed_dev=renamed_dev, requests=requests, served_tasks=served_tasks,

@@ -45,7 +45,8 @@ would cost most of the training time and teaches a 135M base little; dogfood tra
 with this one (stored in the run's manifest, so eval, merge and serve reuse it)."""
 
 
-SIZES = {"synthetic": 50, "tasks": 150, "repairs": 150, "tasks2": 400, "limit": None, "served_tasks": 8, "max_new_tokens": 200}
+SIZES = {"synthetic": 50, "tasks": 150, "repairs": 150, "tasks2": 400, "limit": None, "served_tasks": 8,
+         "max_new_tokens": 200}
 """Dogfood's own sizes in a full run; --quick takes its sizes from the preset mens/configs/dogfood/quick.yaml."""
 OWN_TRAIN_KEYS = ("output_dir", "data.path", "model.name", "device", "seed", "data.system_prompt",
                   "checkpoint.resume", "adapter.init_adapter")
