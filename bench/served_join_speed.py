@@ -88,29 +88,31 @@ def main() -> None:
     loaded = load_for_inference(out_dir / "merged", device=config.get("device", "auto"))
     joinable = batch_stream._joinable
     runs = []
-    for rnd in range(args.rounds):
-        for arm in (ARMS if rnd % 2 == 0 else ARMS[::-1]):
-            # "next_batch": every cache counts as one that cannot take rows, so the streamer batches statically
-            batch_stream._joinable = joinable if arm == "join" else (lambda past: False)
-            engine = HFEngine(loaded, max_batch=len(tasks))
+    try:
+        for rnd in range(args.rounds):
+            for arm in (ARMS if rnd % 2 == 0 else ARMS[::-1]):
+                # "next_batch": every cache counts as one that cannot take rows, so the streamer batches statically
+                batch_stream._joinable = joinable if arm == "join" else (lambda past: False)
+                engine = HFEngine(loaded, max_batch=len(tasks))
 
-            def ask(i: int, engine=engine) -> str:
-                request = GenerationRequest(messages=[{"role": "user", "content": tasks[i].prompt}], temperature=0.0,
-                                            max_tokens=config["max_new_tokens"])
-                return "".join(engine.stream(request, Usage()))
+                def ask(i: int, engine=engine) -> str:
+                    request = GenerationRequest(messages=[{"role": "user", "content": tasks[i].prompt}],
+                                                temperature=0.0, max_tokens=config["max_new_tokens"])
+                    return "".join(engine.stream(request, Usage()))
 
-            t0 = time.perf_counter()
-            got = staggered(ask, len(tasks), args.gap_s)
-            wall = time.perf_counter() - t0
-            latencies = [round(s, 2) for _, s in got]
-            same = sum(text == merged[t.id] for (text, _), t in zip(got, tasks, strict=True))
-            runs.append({"round": rnd, "arm": arm, "wall_s": round(wall, 2), "latency_s": latencies,
-                         "mean_latency_s": round(statistics.mean(latencies), 2), "max_latency_s": max(latencies),
-                         "same_as_merged": same, "batches": list(engine._streamer.batches),
-                         "joins": list(engine._streamer.joins)})
-            print(f"round {rnd} {arm}: wall {wall:.1f} s, mean latency {statistics.mean(latencies):.1f} s, longest "
-                  f"{max(latencies):.1f} s, same as merged {same}/{len(tasks)}", flush=True)
-    batch_stream._joinable = joinable
+                t0 = time.perf_counter()
+                got = staggered(ask, len(tasks), args.gap_s)
+                wall = time.perf_counter() - t0
+                latencies = [round(s, 2) for _, s in got]
+                same = sum(text == merged[t.id] for (text, _), t in zip(got, tasks, strict=True))
+                runs.append({"round": rnd, "arm": arm, "wall_s": round(wall, 2), "latency_s": latencies,
+                             "mean_latency_s": round(statistics.mean(latencies), 2), "max_latency_s": max(latencies),
+                             "same_as_merged": same, "batches": list(engine._streamer.batches),
+                             "joins": list(engine._streamer.joins)})
+                print(f"round {rnd} {arm}: wall {wall:.1f} s, mean latency {statistics.mean(latencies):.1f} s, "
+                      f"longest {max(latencies):.1f} s, same as merged {same}/{len(tasks)}", flush=True)
+    finally:  # the module-level function is patched: put it back whatever happens in a round
+        batch_stream._joinable = joinable
     doc = {"bench": "served_join_speed", **machine(), "commit": commit(), "torch": torch.__version__,
            "threads": torch.get_num_threads(), "run_dir": str(out_dir), "seed": config.get("seed"),
            "tasks": len(tasks), "gap_s": args.gap_s,
