@@ -68,13 +68,23 @@ def speedup(runs: list[dict], slow: str, fast: str) -> dict:
     return {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios), "n": len(ratios)}
 
 
+RECIPE_SETTINGS = ("model", "device", "quick", "train", "system_prompt")
+"""What of a dogfood run's own settings (its dogfood_state.json) decides the recipe it trains; the seed is the
+bench's."""
+
+
 def dogfood_recipe(dogfood_dir: Path, seed: int, out: Path, steps: int):
-    """The TrainConfig dogfood would train on `dogfood_dir`'s data (its preset, seed and system prompt), as a timed
-    arm runs it: `steps` steps into `out`, validating only at the end, no checkpoints, no progress lines."""
+    """The TrainConfig dogfood trains on `dogfood_dir`'s data (its model, preset, training overrides and system
+    prompt, as that run recorded them; dogfood's defaults for a directory without the record) with `seed`, as a
+    timed arm runs it: `steps` steps into `out`, validating only at the end, no checkpoints, no progress lines."""
     from mens.dogfood import stages
     from mens.dogfood.pipeline import Context, DogfoodConfig
+    from mens.run_records import DOGFOOD_STATE
 
-    tc = stages.train_config(Context(DogfoodConfig(output_dir=dogfood_dir, seed=seed), lambda *_: None), run=str(out))
+    state = dogfood_dir / DOGFOOD_STATE
+    saved = json.loads(state.read_text(encoding="utf-8")).get("config", {}) if state.is_file() else {}
+    cfg = DogfoodConfig(output_dir=dogfood_dir, seed=seed, **{k: saved[k] for k in RECIPE_SETTINGS if k in saved})
+    tc = stages.train_config(Context(cfg, lambda *_: None), run=str(out))
     tc.output_dir, tc.max_steps, tc.eval_every, tc.save_every, tc.log_every_s = str(out), steps, 0, 0, 3600.0
     return tc
 

@@ -25,6 +25,21 @@ def test_an_arm_trains_dogfoods_recipe_for_the_asked_steps_without_checkpoints_o
     assert (tc.seed, tc.preset, tc.learning_rate, tc.data) == (3, recipe.preset, recipe.learning_rate, recipe.data)
 
 
+def test_an_arm_trains_the_model_and_overrides_the_dogfood_run_recorded(tmp_path):
+    """A run made with --model and --train overrides is timed on that model and recipe, not dogfood's defaults;
+    the seed is the bench's."""
+    from mens.dogfood.pipeline import DogfoodConfig, _config_json
+
+    df = tmp_path / "df"
+    df.mkdir()
+    cfg = DogfoodConfig(output_dir=df, model="/models/tiny", seed=7, system_prompt="Answer in Vox.",
+                        train={"optimizer.learning_rate": 0.001, "adapter.r": 4})
+    (df / "dogfood_state.json").write_text(json.dumps({"config": _config_json(cfg), "stages": {}}))
+    tc = dogfood_recipe(df, 3, tmp_path / "arm", 5)
+    assert (tc.model.name, tc.learning_rate, tc.r, tc.system_prompt) == ("/models/tiny", 0.001, 4, "Answer in Vox.")
+    assert tc.seed == 3
+
+
 def test_step_times_leave_out_the_first_step_and_speedup_is_per_round(tmp_path):
     from mens.train.telemetry import Telemetry
 
