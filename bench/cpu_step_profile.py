@@ -4,16 +4,17 @@ The question it answers: how much faster could the cpu preset train on this CPU 
 trains dogfood's recipe (`--preset cpu`, dogfood's system prompt, the training file of a dogfood run) for a few
 steps under torch.profiler and reports, over the profiled steps: seconds a step, tokens a step, the share of the
 step's CPU time in matrix multiplies (aten::mm/addmm/bmm) and the rate those reached (the profiler's FLOP counts over
-their time), next to the rate of a plain matmul of the recipe's largest shape ([tokens a step] x 576 x 1536, the MLP
-projection) timed on its own. A step whose time is nearly all matmul at nearly the plain rate can only get faster by
-doing less work (fewer tokens, fewer layers in the backward pass) or cheaper arithmetic (bf16 where native).
+their time), next to the rate of a plain matmul of the recipe's largest shape ([tokens a step] x hidden x MLP width,
+576 x 1536 on SmolLM2-135M: the MLP projection) timed on its own. A step whose time is nearly all matmul at nearly
+the plain rate can only get faster by doing less work (fewer tokens, fewer layers in the backward pass) or cheaper
+arithmetic (bf16 where native).
 
 Runs on the allocator mens' training commands use (mimalloc where installed; mens/train/allocator.py). The validation
 split is turned off (`eval.val_fraction=0`) so that no validation pass lands in the profiled steps; `--autocast
 off` takes the f32 path, and with ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 in the environment a bf16 CPU
 takes an AVX2-only CPU's path (the record names the caps).
 
-Run:  python bench/cpu_step_profile.py --data RUN/data/train.jsonl [--steps 8] [--autocast bf16|off]
+Run:  python bench/cpu_step_profile.py --data RUN/data/train.jsonl [--model M] [--steps 8] [--autocast bf16|off]
       [--lora-layers N] [--output PATH]      (writes bench/results/cpu_step_profile-<host>.json by default)
 """
 
@@ -47,7 +48,17 @@ def plain_matmul_rate(m: int, k: int, n: int, dtype, seconds: float = 1.0) -> fl
     return 2 * m * k * n * calls / (time.perf_counter() - t0) / 1e9
 
 
-def profile_steps(data: Path, steps: int, first_profiled: int, autocast: str, lora_layers: int) -> dict:
+def mlp_shape(model: str) -> tuple[int, int]:
+    """(hidden width, MLP width) of `model`: its largest projection, the MLP's up projection."""
+    from transformers import AutoConfig
+
+    from mens.model.load import resolve_model
+
+    config = AutoConfig.from_pretrained(resolve_model(model)[0])
+    return config.hidden_size, config.intermediate_size
+
+
+def profile_steps(data: Path, model: str, steps: int, first_profiled: int, autocast: str, lora_layers: int) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -59,7 +70,7 @@ def profile_steps(data: Path, steps: int, first_profiled: int, autocast: str, lo
     out = Path(tempfile.mkdtemp(prefix="mens-step-profile-")) / "run"
     overrides = {"model.autocast": autocast, "eval.val_fraction": 0.0, "adapter.lora_layers": lora_layers}
     tc = resolve_config(overrides=overrides, flags={"data": str(data), "output_dir": str(out),
-                                                    "model": "smollm2-135m", "device": "cpu", "seed": 0,
+                                                    "model": model, "device": "cpu", "seed": 0,
                                                     "system_prompt": SHORT_SYSTEM_PROMPT})
     tc.max_steps, tc.eval_every, tc.save_every, tc.log_every_s = steps, 0, 0, 3600.0
     prof = profile(activities=[ProfilerActivity.CPU], with_flops=True)
@@ -102,6 +113,8 @@ def profile_steps(data: Path, steps: int, first_profiled: int, autocast: str, lo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="A dogfood run's data/train.jsonl.")
+    ap.add_argument("--model", default="smollm2-135m", help="Base model, as `mens train --model` takes it "
+                                                             "(default: dogfood's, smollm2-135m).")
     ap.add_argument("--steps", type=int, default=8, help="Optimizer steps trained (default 8).")
     ap.add_argument("--first-profiled", type=int, default=3, help="First profiled step (earlier ones warm up).")
     ap.add_argument("--autocast", default="bf16", choices=("bf16", "off"),
@@ -121,12 +134,12 @@ def main() -> None:
 
     import torch
 
-    run = profile_steps(a.data, a.steps, a.first_profiled, a.autocast, a.lora_layers)
-    m = int(run["tokens_per_step"])
-    plain = {"shape": [m, 576, 1536], "f32_gflops": round(plain_matmul_rate(m, 576, 1536, torch.float32), 1),
-             "bf16_gflops": round(plain_matmul_rate(m, 576, 1536, torch.bfloat16), 1)}
+    run = profile_steps(a.data, a.model, a.steps, a.first_profiled, a.autocast, a.lora_layers)
+    m, (k, n) = int(run["tokens_per_step"]), mlp_shape(a.model)
+    plain = {"shape": [m, k, n], "f32_gflops": round(plain_matmul_rate(m, k, n, torch.float32), 1),
+             "bf16_gflops": round(plain_matmul_rate(m, k, n, torch.bfloat16), 1)}
     record = {"bench": "cpu_step_profile", "machine": machine(), "allocator": os.environ.get("LD_PRELOAD", "system"),
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "data": str(a.data),
+              "torch": torch.__version__, "threads": torch.get_num_threads(), "data": str(a.data), "model": a.model,
               "lora_layers": a.lora_layers, "run": run, "plain_matmul": plain,
               "note": "matmul_gflops: the rate of the step's own matmuls (profiler FLOPs over their self time); "
                       "plain_matmul: one matmul of the MLP projection's shape at the step's token count, alone"}
