@@ -6,6 +6,7 @@
 """
 
 import json
+import platform
 import shutil
 import sys
 from pathlib import Path
@@ -56,12 +57,17 @@ def test_shared_prefix_speed_trains_the_same_rows_both_ways(dogfood_dir, tmp_pat
     assert all(run["attention"] for run in rec["runs"])  # what the preflight said of attention, per arm
 
 
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="int8 base runs on x86 only")
 def test_int8_base_speed_records_each_arms_choice_and_the_loss_difference(dogfood_dir, tmp_path, monkeypatch):
+    # the f32 path, where int8 base applies, on any x86 CPU: the caps its docstring gives for a CPU with native bf16
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     rec = _arms(int8_base_speed, dogfood_dir, tmp_path / "int8.json", monkeypatch)
     _check_two_arms(rec, int8_base_speed.ARMS)
     assert rec["bench"] == "int8_base_speed" and rec["cpu"] and rec["steps"] == STEPS
-    for run in rec["runs"]:
-        assert "int8 base" in run["preflight"]
+    by_arm = {run["arm"]: run["preflight"] for run in rec["runs"]}
+    assert all(p["matmul precision"].startswith("f32") for p in by_arm.values())
+    assert by_arm["int8"]["int8 base"] and "int8 base" not in by_arm["f32"]  # int8 arm: swapped, or why not
     diff = rec["loss_relative_difference"]
     assert 0 <= diff["median"] <= diff["max"] < 0.2
 

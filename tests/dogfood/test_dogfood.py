@@ -26,7 +26,7 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     leak.mkdir()
     (leak / "count.vox").write_text(load_references()["fn-count-positive"])
     logs: list[str] = []
-    summary = run_dogfood(_cfg(tmp_path / "df", tiny_base, gates=gates, corpus=[leak]), log=logs.append)
+    summary = run_dogfood(_cfg(tmp_path / "df", tiny_base, gates=gates, corpus=[leak], repairs=10), log=logs.append)
     out = tmp_path / "df"
     state = json.loads((out / "dogfood_state.json").read_text())
     assert [k for k, v in state["stages"].items() if v["status"] == "done"] == STAGES
@@ -50,7 +50,7 @@ def test_dogfood_runs_every_stage_and_writes_its_artifacts(tmp_path, tiny_base):
     # the shipped hand-written requests are in the mix, once each
     requests = [r for r in train if r.get("origin") == "requests"]
     assert requests and len(requests) == len((out / "corpus/requests.jsonl").read_text().splitlines())
-    # and the repair pairs made from them: each answer is one of those requests' answers
+    # and the repair pairs asked for, made from them: each answer is one of those requests' answers
     repaired = [r for r in train if r.get("origin") == "repairs"]
     assert repaired and {r["response"] for r in repaired} <= {r["response"] for r in requests}
     bench = json.loads((out / "run/benchmark_results.json").read_text())

@@ -33,8 +33,8 @@ def dogfood(
     tasks: int = typer.Option(None, "--tasks", min=0,
                                help="Task-shaped synthetic pairs to add (default 150; quick 60; 0 = none)."),
     repairs: int = typer.Option(None, "--repairs", min=0,
-                                 help="Repair pairs to add: a request's answer broken by one edit, asked to be "
-                                      "fixed (default 150; quick 20; 0 = none)."),
+                                 help="Repair pairs to add: a request's answer broken by one edit the parser "
+                                      "rejects, asked to be fixed (default 0 = none)."),
     limit: int = typer.Option(None, "--limit", min=1, help="Evaluate only the first N held-out tasks."),
     max_new_tokens: int = typer.Option(None, "--max-new-tokens", min=1, help="Answer budget in eval (200; quick 128)."),
     modes: str = typer.Option("greedy,retry,constrained", "--modes", help="Decoding modes for the tuned model."),
