@@ -114,6 +114,19 @@ def test_requests_file_names_the_bad_line(tmp_path: Path, capsys, fault: str):
     assert not (tmp_path / "o.jsonl").exists()  # all or nothing: the documented policy of `requests`
 
 
+@pytest.mark.parametrize("fault", FAULTS)
+def test_repairs_input_names_the_bad_line_and_writes_nothing(tmp_path: Path, capsys, fault: str):
+    inp = write_jsonl_faults(tmp_path / "pairs.jsonl", [fault], good=0)
+    code, out, took = run_cli(capsys, "corpus", "repairs", "-o", tmp_path / "o.jsonl", "-i", inp)
+    if fault == "fence_bomb":  # a valid row whose answer holds no code: nothing to repair, nothing refused
+        _ok(code, out, took)
+        assert "0 repair pairs" in out and "1 answers without code" in out
+        return
+    _ok(code, out, took, allowed=(2,))
+    assert "pairs.jsonl:1" in out and len(out.strip().splitlines()) == 1
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 @pytest.mark.parametrize("fault", BAD_ROWS)
 def test_train_reader_gives_one_line_error_with_file_and_line(tmp_path: Path, fault: str):
     from mens.train.data import read_examples

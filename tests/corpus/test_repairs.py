@@ -67,3 +67,29 @@ def test_a_bad_edits_file_is_refused_naming_the_entry(tmp_path, monkeypatch):
             load_repairs("klingon")
     finally:
         load_repairs.cache_clear()
+
+
+def test_corpus_repairs_breaks_the_answers_of_a_pairs_file_and_skips_what_is_not_code(tmp_path, capsys):
+    import json
+
+    from mens.cli.main import main
+
+    inp = tmp_path / "pairs.jsonl"
+    code = "fn double(x: int) to int {\n    return x * 2\n}\n"
+    rows = [{"prompt": "p1", "response": f"Here it is:\n```vox\n{code}```\n", "source": "mine:1"},
+            {"prompt": "p2", "response": "Vox has no classes; use a type."},  # prose: nothing to repair
+            {"prompt": "p3", "response": "fn broken( {\n"}]  # code that does not parse: no fix to teach
+    inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "repairs.jsonl"
+    with pytest.raises(SystemExit) as e:
+        main(["corpus", "repairs", "-i", str(inp), "-o", str(out), "--seed", "1"])
+    assert e.value.code == 0
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["response"] == code and row["source"].endswith(":mine:1")  # the fenced code, not the prose
+    assert "1 repair pairs" in capsys.readouterr().out
+    _, report = repair_pairs([{"response": r["response"]} for r in rows], 5, 1, VOX)
+    assert (report.written, report.not_code, report.skipped) == (1, 2, 0)
+    with pytest.raises(SystemExit) as e:
+        main(["corpus", "repairs", "-i", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "none.jsonl")])
+    assert e.value.code != 0 and not (tmp_path / "none.jsonl").exists()
+    assert "no such file" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""`mens corpus …`: extract, validate, pairs, mix, eval, generate. Each command parses flags, calls one
-function of `mens.corpus`, prints its summary (stdout) — nothing else. No torch is imported.
+"""`mens corpus …`: extract, validate, pairs, mix, eval, generate, repairs, requests. Each command parses flags,
+calls one function of `mens.corpus`, prints its summary (stdout) — nothing else. No torch is imported.
 """
 
 from __future__ import annotations
@@ -131,6 +131,22 @@ def generate(
         typer.echo("focus: " + ", ".join(f"{c} {w:g}" for c, w in sorted(weights.items(), key=lambda x: -x[1])))
     typer.echo(generate_tasks_to_file(out, limit, seed, weights, language,
                                       avoid_names=heldout_names()).summary())
+
+
+@corpus_app.command("repairs")
+def repairs(
+    out: Path = typer.Option(..., "-o", "--output", help="Train pairs JSONL (schema vox_dogfood_v1)."),
+    inp: Path = typer.Option(None, "-i", "--input", help="Train pairs JSONL whose answers are broken and fixed "
+                             "(default: the shipped requests)."),
+    limit: int = typer.Option(150, "--limit", "-n", min=1, help="Repair pairs to write at most."),
+    seed: int = typer.Option(0, "--seed", help="RNG seed (same seed, same output)."),
+    language: str = LANG,
+) -> None:
+    """Repair pairs: an answer's code broken by one edit the parser rejects (`def` for `fn`, a lost `}`...),
+    asked to be fixed, answered with the original code."""
+    from mens.corpus.repairs import repair_pairs_to_file, summary
+
+    typer.echo(f"{summary(repair_pairs_to_file(out, inp, limit, seed, language))} -> {out}")
 
 
 @corpus_app.command("requests")

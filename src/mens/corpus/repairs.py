@@ -21,10 +21,11 @@ from pathlib import Path
 
 import yaml
 
+from mens.corpus.normalize import code_in_response
 from mens.corpus.phrasing import load_phrasing
-from mens.corpus.records import codegen_row
-from mens.errors import ConfigError
-from mens.lang import Language
+from mens.corpus.records import BadLine, codegen_row, read_pairs
+from mens.errors import ConfigError, DataError
+from mens.lang import Language, get_language
 
 REPAIRS_DIR = Path(__file__).parent / "data" / "repairs"
 
@@ -42,6 +43,8 @@ class RepairReport:
     by_edit: dict[str, int] = field(default_factory=dict)
     skipped: int = 0
     """Answers no edit could break (every edit missed, or left code the parser accepts)."""
+    not_code: int = 0
+    """Rows whose answer is no code that parses: nothing to repair towards."""
 
 
 @lru_cache(maxsize=8)
@@ -81,8 +84,9 @@ def break_code(code: str, lang: Language, rng: random.Random, edits: list[Edit])
 
 
 def repair_pairs(rows: list[dict], n: int, seed: int, lang: Language) -> tuple[list[dict], RepairReport]:
-    """Up to `n` repair rows from the code answers of `rows` (training rows with `response`), drawn without
-    repeats in a seeded order; each names its source row and edit."""
+    """Up to `n` repair rows from the code answers of `rows` (training rows with `response`: code, or text with
+    the code in a fence), drawn without repeats in a seeded order; an answer whose code does not parse is left
+    out. Each row names its source row and edit."""
     edits, prompts = load_repairs(lang.name)
     display_name = load_phrasing(lang.name)["language_name"]
     rng = random.Random(f"repairs:{seed}")
@@ -92,7 +96,10 @@ def repair_pairs(rows: list[dict], n: int, seed: int, lang: Language) -> tuple[l
         if len(out) >= n:
             break
         row = rows[i]
-        code = row.get("response") or ""
+        code = code_in_response(row.get("response") or "", lang.fence_tags)
+        if not lang.parse(code).has_code:
+            report.not_code += 1
+            continue
         made = break_code(code, lang, rng, edits)
         if made is None:
             report.skipped += 1
@@ -105,3 +112,34 @@ def repair_pairs(rows: list[dict], n: int, seed: int, lang: Language) -> tuple[l
         report.by_edit[name] = report.by_edit.get(name, 0) + 1
     report.written = len(out)
     return out, report
+
+
+def answers_in_file(path: Path) -> list[dict]:
+    """The rows of a train pairs file that have a response; a bad line is a DataError naming it."""
+    if not path.is_file():
+        raise DataError(f"--input {path}: no such file; pass a train pairs JSONL (mens corpus pairs, requests...)")
+    rows = []
+    for no, row in read_pairs(path):
+        if isinstance(row, BadLine):
+            raise DataError(f"{path}:{no}: {row.reason}; fix or remove the line")
+        if row.response:
+            rows.append({"response": row.response, "source": row.source or f"{path.name}:{no}"})
+    return rows
+
+
+def repair_pairs_to_file(out: Path, inp: Path | None, n: int, seed: int, language: str) -> RepairReport:
+    """`repair_pairs` from the answers in `inp` (default: the shipped requests of `language`), written to `out`."""
+    from mens.corpus.jsonl import write_jsonl
+    from mens.corpus.requests import request_pairs
+
+    rows = request_pairs(language) if inp is None else answers_in_file(inp)
+    made, report = repair_pairs(rows, n, seed, get_language(language))
+    write_jsonl(out, made)
+    return report
+
+
+def summary(report: RepairReport) -> str:
+    """One line for a command's output: how many rows, from which edits, and what was left out."""
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.by_edit.items(), key=lambda kv: (-kv[1], kv[0])))
+    return (f"{report.written} repair pairs ({kinds or 'none'}); left out {report.not_code} answers without code "
+            f"that parses and {report.skipped} no edit could break")
