@@ -31,7 +31,7 @@ def dogfood(
     synthetic: int = typer.Option(None, "--synthetic", min=0,
                                    help="Synthetic programs to add (default 50; quick 40; 0 = none)."),
     tasks: int = typer.Option(None, "--tasks", min=0,
-                               help="Task-shaped synthetic pairs to add (default 150; quick 60; 0 = none)."),
+                               help="Task-shaped synthetic pairs to add (default 0 = none; quick 60)."),
     repairs: int = typer.Option(None, "--repairs", min=0,
                                  help="Repair pairs to add: a request's answer broken by one edit the parser "
                                       "rejects, asked to be fixed (default 0 = none)."),

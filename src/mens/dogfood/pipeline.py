@@ -45,7 +45,7 @@ would cost most of the training time and teaches a 135M base little; dogfood tra
 with this one (stored in the run's manifest, so eval, merge and serve reuse it)."""
 
 
-SIZES = {"synthetic": 50, "tasks": 150, "repairs": 0, "tasks2": 400, "limit": None, "served_tasks": 8,
+SIZES = {"synthetic": 50, "tasks": 0, "repairs": 0, "tasks2": 400, "limit": None, "served_tasks": 8,
          "max_new_tokens": 200}
 """Dogfood's own sizes in a full run; --quick takes its sizes from the preset mens/configs/dogfood/quick.yaml."""
 OWN_TRAIN_KEYS = ("output_dir", "data.path", "model.name", "device", "seed", "data.system_prompt",
@@ -68,8 +68,10 @@ class DogfoodConfig:
     synthetic: int | None = None
     """Synthetic programs from `corpus generate` (default 50; quick 40)."""
     tasks: int | None = None
-    """Task-shaped pairs from `corpus generate --tasks` (default 150; quick 60). The hand-written requests took
-    most of their share of the training budget (bench/results/recipe_seeds-requests-vm.json)."""
+    """Task-shaped pairs from `corpus generate --tasks` (default 0 = none; quick 60): templates with a few
+    phrasings each. The hand-written requests took most of their share of the training budget
+    (bench/results/recipe_seeds-requests-vm.json), and in paired runs the last 150 cost more than they gave on
+    the held-out and features splits (docs/benchmarks.md, "Template task pairs")."""
     repairs: int | None = None
     """Repair pairs (mens.corpus.repairs): a shipped request's answer broken by one edit the parser rejects, asked
     to be fixed (default 0 = none: 150 of them did not pass the bar for the default, docs/benchmarks.md)."""
