@@ -144,9 +144,9 @@ def repairs(
 ) -> None:
     """Repair pairs: an answer's code broken by one edit the parser rejects (`def` for `fn`, a lost `}`...),
     asked to be fixed, answered with the original code."""
-    from mens.corpus.repairs import repair_pairs_to_file, summary
+    from mens.corpus.repairs import repair_pairs_to_file
 
-    typer.echo(f"{summary(repair_pairs_to_file(out, inp, limit, seed, language))} -> {out}")
+    typer.echo(f"{repair_pairs_to_file(out, inp, limit, seed, language).summary()} -> {out}")
 
 
 @corpus_app.command("requests")

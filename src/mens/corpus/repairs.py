@@ -46,6 +46,12 @@ class RepairReport:
     not_code: int = 0
     """Rows whose answer is no code that parses: nothing to repair towards."""
 
+    def summary(self) -> str:
+        """One line for a command's output: how many rows, from which edits, and what was left out."""
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.by_edit.items(), key=lambda kv: (-kv[1], kv[0])))
+        return (f"{self.written} repair pairs ({kinds or 'none'}); left out {self.not_code} answers without code "
+                f"that parses and {self.skipped} no edit could break")
+
 
 @lru_cache(maxsize=8)
 def load_repairs(language: str) -> tuple[list[Edit], list[str]]:
@@ -137,9 +143,3 @@ def repair_pairs_to_file(out: Path, inp: Path | None, n: int, seed: int, languag
     write_jsonl(out, made)
     return report
 
-
-def summary(report: RepairReport) -> str:
-    """One line for a command's output: how many rows, from which edits, and what was left out."""
-    kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.by_edit.items(), key=lambda kv: (-kv[1], kv[0])))
-    return (f"{report.written} repair pairs ({kinds or 'none'}); left out {report.not_code} answers without code "
-            f"that parses and {report.skipped} no edit could break")

@@ -106,18 +106,18 @@ def generate(ctx: Context) -> str:
             copies, n = renamed_copies(dev, _dev_copies(), ctx.cfg.seed, get_language(LANGUAGE))
             write_jsonl(ctx.path("corpus", DEV_RENAMED), copies)
             note += f" ({n} of their {len(copies)} repeats renamed)"
-    if ctx.cfg.requests:
+    if ctx.cfg.requests or ctx.cfg.repairs:
         from mens.corpus.requests import request_pairs
 
-        reqs = request_pairs(LANGUAGE)
+        reqs = request_pairs(LANGUAGE)  # loaded, every answer checked, once for both
+    if ctx.cfg.requests:
         write_jsonl(ctx.path("corpus", "requests.jsonl"), reqs)
         note += f"; {len(reqs)} hand-written requests, each answer checked"
     if ctx.cfg.repairs:
         from mens.corpus.repairs import repair_pairs
-        from mens.corpus.requests import request_pairs
         from mens.lang import get_language
 
-        rows, rep = repair_pairs(request_pairs(LANGUAGE), ctx.cfg.repairs, ctx.cfg.seed, get_language(LANGUAGE))
+        rows, rep = repair_pairs(reqs, ctx.cfg.repairs, ctx.cfg.seed, get_language(LANGUAGE))
         write_jsonl(ctx.path("corpus", "repairs.jsonl"), rows)
         note += f"; {rep.written} repair pairs ({len(rep.by_edit)} kinds of edit, each rejected by the parser)"
     return note
