@@ -6,7 +6,9 @@ gate verdict, merge/serve parity, and the machine. With --confirm it also has th
 confirmation split (bench/confirm: 60 tasks no recipe or data choice was ever tuned on, greedy, as eval-tuned does)
 and records that beside the held-out numbers: a gain on the held-out split alone can be a product of having read its
 failures. With --features it answers the documented-features split (bench/features, a third writer's) the same way:
-a recipe is judged on the held-out and features splits before the confirmation split is read once.
+a recipe is judged on the held-out and features splits before the confirmation split is read once. Each such
+split's record also counts the training rows that share one of its reference answers' code or nearly copy one of its
+prompts (dogfood itself keeps such rows away from the held-out split only).
 Run: `python bench/dogfood.py [--quick] [--seed N] [--confirm] [--features] [--from-dir D [--wall-s S]] [--note TEXT]`.
 """
 
@@ -50,7 +52,23 @@ def split_eval(out_dir: Path, env: dict, bench: Path, name: str) -> dict:
     return {"tasks": m["tasks"], "nonempty_parse_rate": m["nonempty_parse_rate"], "pass_at_1": m["pass_at_1"],
             "modes": {name: {"nonempty_parse_rate": mm["nonempty_parse_rate"], "pass_at_1": mm["pass_at_1"]}
                       for name, mm in report.get("modes", {}).items()},
-            "failures_by_category": m.get("failures_by_category")}
+            "failures_by_category": m.get("failures_by_category"),
+            "training_rows_overlapping": training_overlap(out_dir, bench)}
+
+
+def training_overlap(out_dir: Path, bench: Path) -> dict:
+    """How many of the run's training rows share a task's reference code or nearly copy its prompt in `bench`, by
+    the test dogfood applies to its own held-out split. Dogfood checks only that split; this says, for another
+    writer's split, whether a `--corpus` or new data reached its tasks (0 and 0 when nothing did)."""
+    from mens.dogfood.heldout import decontaminate, heldout_tasks
+
+    tasks, refs = heldout_tasks(str(bench), "all")
+    rows = [json.loads(line) for line in (out_dir / "data" / "train.jsonl").read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+    _kept, rep = decontaminate(rows, tasks, refs)
+    reasons = [d["reason"] for d in rep.dropped]
+    return {"same_code": reasons.count("same code as held-out answer"),
+            "near_duplicate_prompt": reasons.count("near-duplicate prompt")}
 
 
 def _refits(events: list[dict]) -> list[dict]:

@@ -55,6 +55,9 @@ def test_another_writers_split_is_answered_in_the_runs_modes_and_token_limit(tmp
     out, run = tmp_path / "df", tmp_path / "df" / "run"
     _write(out / "dogfood_state.json", {"config": {"modes": ["greedy", "constrained"], "max_new_tokens": 384}})
     _write(out / "dogfood_summary.json", {"run": str(run)})
+    row = {"prompt": "Write a Vox function that adds two integers.",
+           "response": "fn add(a: int, b: int) to int {\n    return a + b\n}\n"}
+    _write(out / "data" / "train.jsonl", json.dumps(row))
     calls = []
 
     def fake_run(cmd, **kw):
@@ -74,5 +77,27 @@ def test_another_writers_split_is_answered_in_the_runs_modes_and_token_limit(tmp
     assert f_cmd[f_cmd.index("--max-new-tokens") + 1] == "384"
     assert f_cmd[f_cmd.index("-o") + 1] == str(out / "eval" / "features_results.json")
     assert c_cmd[c_cmd.index("-o") + 1] == str(out / "eval" / "confirm_results.json")
-    assert features == confirm and features["tasks"] == 60 and features["modes"]["constrained"]["pass_at_1"] == 0.75
+    assert features["tasks"] == 60 and features["modes"]["constrained"]["pass_at_1"] == 0.75
+    assert {k: v for k, v in features.items() if k != "training_rows_overlapping"} == \
+        {k: v for k, v in confirm.items() if k != "training_rows_overlapping"}
+    assert features["training_rows_overlapping"] == confirm["training_rows_overlapping"] == \
+        {"same_code": 0, "near_duplicate_prompt": 0}
     assert dogfood_bench.FEATURES.is_file() and dogfood_bench.CONFIRM.is_file()
+
+
+def test_training_rows_that_reach_another_writers_split_are_counted_by_reason(tmp_path):
+    """A row with a task's reference code and a row that nearly copies a task's prompt are each counted; a row
+    that does neither is not."""
+    bench = tmp_path / "b" / "split.jsonl"
+    prompts = ["Write a Vox query endpoint that lists every open ticket sorted by age",
+               "Declare a Vox table for invoices with a total and a paid flag"]
+    _write(bench, "".join(json.dumps({"id": f"t{i}", "prompt": p}) + "\n" for i, p in enumerate(prompts)))
+    code = "fn open_tickets() to int {\n    return 0\n}\n"
+    _write(bench.parent / "split_reference.jsonl", json.dumps({"id": "t0", "answer": code}) + "\n")
+    rows = [{"prompt": "Something else entirely about widgets", "response": f"```vox\n{code}```"},
+            {"prompt": prompts[1] + ".", "response": "fn f() to int {\n    return 1\n}\n"},
+            {"prompt": "Write a Vox function that doubles a number.",
+             "response": "fn d(x: int) to int {\n    return x * 2\n}\n"}]
+    out = tmp_path / "df"
+    _write(out / "data" / "train.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    assert dogfood_bench.training_overlap(out, bench) == {"same_code": 1, "near_duplicate_prompt": 1}
