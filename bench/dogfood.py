@@ -60,11 +60,12 @@ def training_overlap(out_dir: Path, bench: Path) -> dict:
     """How many of the run's training rows share a task's reference code or nearly copy its prompt in `bench`, by
     the test dogfood applies to its own held-out split. Dogfood checks only that split; this says, for another
     writer's split, whether a `--corpus` or new data reached its tasks (0 and 0 when nothing did)."""
+    from mens.corpus.jsonl import read_objects
+    from mens.corpus.records import BadLine
     from mens.dogfood.heldout import decontaminate, heldout_tasks
 
     tasks, refs = heldout_tasks(str(bench), "all")
-    rows = [json.loads(line) for line in (out_dir / "data" / "train.jsonl").read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    rows = [obj for _, obj in read_objects(out_dir / "data" / "train.jsonl") if not isinstance(obj, BadLine)]
     _kept, rep = decontaminate(rows, tasks, refs)
     reasons = [d["reason"] for d in rep.dropped]
     return {"same_code": reasons.count("same code as held-out answer"),
