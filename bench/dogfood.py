@@ -62,14 +62,13 @@ def training_overlap(out_dir: Path, bench: Path) -> dict:
     writer's split, whether a `--corpus` or new data reached its tasks (0 and 0 when nothing did)."""
     from mens.corpus.jsonl import read_objects
     from mens.corpus.records import BadLine
-    from mens.dogfood.heldout import decontaminate, heldout_tasks
+    from mens.dogfood.heldout import NEAR_DUPLICATE_PROMPT, SAME_CODE, decontaminate, heldout_tasks
 
     tasks, refs = heldout_tasks(str(bench), "all")
     rows = [obj for _, obj in read_objects(out_dir / "data" / "train.jsonl") if not isinstance(obj, BadLine)]
     _kept, rep = decontaminate(rows, tasks, refs)
     reasons = [d["reason"] for d in rep.dropped]
-    return {"same_code": reasons.count("same code as held-out answer"),
-            "near_duplicate_prompt": reasons.count("near-duplicate prompt")}
+    return {"same_code": reasons.count(SAME_CODE), "near_duplicate_prompt": reasons.count(NEAR_DUPLICATE_PROMPT)}
 
 
 def _refits(events: list[dict]) -> list[dict]:

@@ -21,6 +21,9 @@ from mens.run_records import HeldoutSplit, write_json
 
 PROMPT_NEAR_DUP = 0.5
 """Word 3-gram Jaccard at or above which a training prompt counts as a copy of a held-out prompt."""
+SAME_CODE = "same code as held-out answer"
+NEAR_DUPLICATE_PROMPT = "near-duplicate prompt"
+"""The two reasons a dropped row is listed with (`SplitReport.dropped`), named once for whoever counts them."""
 _WORD = re.compile(r"[a-z0-9_]+")
 
 
@@ -96,13 +99,13 @@ def decontaminate(rows: list[dict], tasks: list[BenchTask], refs: dict[str, str]
         prompt, response = _row_text(row)
         hit = answer_hashes.get(code_hash(code_in_response(response, tags)))
         if hit is not None:
-            rep.dropped.append({"row": i, "source": row.get("source"), "reason": "same code as held-out answer",
+            rep.dropped.append({"row": i, "source": row.get("source"), "reason": SAME_CODE,
                                 "task": hit})
             continue
         sh = shingles(prompt)
         sim, tid = max(((jaccard(sh, ts), t) for t, ts in task_shingles), default=(0.0, None))
         if sim >= PROMPT_NEAR_DUP:
-            rep.dropped.append({"row": i, "source": row.get("source"), "reason": "near-duplicate prompt",
+            rep.dropped.append({"row": i, "source": row.get("source"), "reason": NEAR_DUPLICATE_PROMPT,
                                 "task": tid, "similarity": round(sim, 4)})
             continue
         rep.max_prompt_similarity = max(rep.max_prompt_similarity, sim)
