@@ -1,0 +1,105 @@
+"""A finished dogfood run's greedy answers under inference-only variants, paired on the same trained weights.
+
+Dogfood trains with a one-line system prompt (`mens.dogfood.pipeline.SHORT_SYSTEM_PROMPT`); `mens train` packages a
+~270-token one that describes the language (`mens.train.text.default_system_prompt`). Two questions that need no
+training run to answer, because each variant answers with the weights the run trained:
+- `packaged_prompt`: does a model trained with the short prompt answer better when handed the long one at inference?
+- `scaled_<s>`: does moving the weights part of the way back to the base (the LoRA update times `--scale`, as WiSE-FT
+  interpolates fine-tuned and pre-trained weights for robustness to new inputs) do better on another writer's tasks?
+Each variant and the run as trained (`trained`) answer the held-out split and the documented-features split
+(bench/features) greedy, with the run's token limit; each split lists the tasks that passed, so variants pair task by
+task, and counts the answers that reached the token limit.
+Writes bench/results/inference-variants-<host>.json. Run: `python bench/inference_variants.py --from-dir DIR`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from machine import REPO, commit, machine
+
+FEATURES = REPO / "bench" / "features" / "vox_features.jsonl"
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def scaled_copy(run: Path, scale: float, into: Path) -> Path:
+    """A copy of `run` whose LoRA update is `scale` times the trained one (peft's scaling is lora_alpha / r, so only
+    adapter_config.json's lora_alpha changes; checkpoints are left out)."""
+    dest = into / run.name
+    shutil.copytree(run, dest, ignore=shutil.ignore_patterns("checkpoints"))
+    cfg_path = dest / "adapter_config.json"
+    cfg = _json(cfg_path)
+    if cfg.get("use_rslora") or cfg.get("alpha_pattern"):
+        raise SystemExit(f"{cfg_path}: rsLoRA or per-module alphas; scaling lora_alpha alone would not scale them all")
+    cfg["lora_alpha"] = cfg["lora_alpha"] * scale
+    cfg_path.write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+    return dest
+
+
+def evaluate(run: Path, system_prompt: str | None, bench: str | None, split: str, max_new_tokens: int) -> dict:
+    """Greedy answers of `run` (with `system_prompt` in place of the trained one when given) to a bench split."""
+    from mens.evaluate.bench import load_bench
+    from mens.evaluate.local import evaluate_model, select_tasks
+    from mens.lang import get_language
+    from mens.model.hf_engine import HFEngine
+    from mens.model.inference import load_for_inference
+
+    lang = get_language("vox")
+    tasks = select_tasks(load_bench(bench), split, None)
+    loaded = load_for_inference(run, device="cpu")
+    if system_prompt is not None:
+        loaded.system_prompt = system_prompt
+    started = time.perf_counter()
+    report = evaluate_model(HFEngine(loaded, lang), tasks, lang, modes=["greedy"], k=1, max_new_tokens=max_new_tokens)
+    tok = loaded.tokenizer
+    lengths = [len(tok(r["samples"][0]["output"], add_special_tokens=False)["input_ids"]) for r in report["results"]]
+    m = report["metrics"]
+    return {"tasks": m["tasks"], "nonempty_parse_rate": m["nonempty_parse_rate"], "pass_at_1": m["pass_at_1"],
+            "passed": sorted(r["id"] for r in report["results"] if r["pass_at_1"] > 0),
+            "failures_by_category": m.get("failures_by_category"),
+            # an answer this long was cut by the limit (or stopped exactly at it)
+            "answers_at_limit": sum(n >= max_new_tokens for n in lengths),
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--from-dir", type=Path, required=True, help="A finished `mens dogfood -o DIR`.")
+    ap.add_argument("--scale", type=float, default=0.85, help="The LoRA update's scale in the scaled variant.")
+    ap.add_argument("--output", type=Path, help="Result JSON (default bench/results/inference-variants-<host>.json).")
+    ap.add_argument("--note", help="What the record is for.")
+    args = ap.parse_args()
+
+    from mens.train.text import default_system_prompt
+
+    state = _json(args.from_dir / "dogfood_state.json")
+    run = Path(_json(args.from_dir / "dogfood_summary.json")["run"])
+    max_new_tokens = state["config"]["max_new_tokens"]
+    splits = {"heldout": (state["config"].get("bench"), "heldout"), "features": (str(FEATURES), "all")}
+    variants: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        scaled = scaled_copy(run, args.scale, Path(tmp))
+        for name, path, prompt in (("trained", run, None), ("packaged_prompt", run, default_system_prompt()),
+                                   (f"scaled_{args.scale:g}", scaled, None)):
+            variants[name] = {}
+            for split_name, (bench, split) in splits.items():
+                variants[name][split_name] = evaluate(path, prompt, bench, split, max_new_tokens)
+                print(f"{name} {split_name}: {len(variants[name][split_name]['passed'])} passed", flush=True)
+    result = {"bench": "inference_variants", **machine(), "commit": commit(), "seed": state["config"]["seed"],
+              **({"note": args.note} if args.note else {}), "run": str(run), "max_new_tokens": max_new_tokens,
+              "scale": args.scale, "variants": variants}
+    out = args.output or REPO / "bench" / "results" / f"inference-variants-{result['host']}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
