@@ -41,8 +41,9 @@ takes). How much of the recipe it trains on which CPU, and what that scores: doc
 budget"."""
 SHORT_SYSTEM_PROMPT = "You are an expert Vox programmer. Answer with valid, current Vox code only."
 """The first line of the packaged prompt. The full one is ~270 tokens, four times a typical pair: on CPU it
-would cost most of the training time and teaches a 135M base little; dogfood trains, evaluates and serves
-with this one (stored in the run's manifest, so eval, merge and serve reuse it)."""
+would cost most of the training time, for a gain not measured; dogfood trains, evaluates and serves
+with this one (stored in the run's manifest, so eval, merge and serve reuse it). A model trained with it answers
+worse when handed the full one at inference (docs/benchmarks.md, "Inference-only variants")."""
 
 
 SIZES = {"synthetic": 50, "tasks": 0, "repairs": 0, "tasks2": 400, "limit": None, "served_tasks": 8,
