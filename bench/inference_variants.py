@@ -31,15 +31,15 @@ def _json(path: Path) -> dict:
 
 
 def scaled_copy(run: Path, scale: float, into: Path) -> Path:
-    """A copy of `run` whose LoRA update is `scale` times the trained one (peft's scaling is lora_alpha / r, so only
-    adapter_config.json's lora_alpha changes; checkpoints are left out)."""
+    """A copy of `run` whose LoRA update is `scale` times the trained one: peft scales each update by its alpha over
+    r (or sqrt(r) with rsLoRA), so adapter_config.json's alphas, per-module ones included, are multiplied by `scale`
+    and nothing else changes. Checkpoints are left out."""
     dest = into / run.name
     shutil.copytree(run, dest, ignore=shutil.ignore_patterns("checkpoints"))
     cfg_path = dest / "adapter_config.json"
     cfg = _json(cfg_path)
-    if cfg.get("use_rslora") or cfg.get("alpha_pattern"):
-        raise SystemExit(f"{cfg_path}: rsLoRA or per-module alphas; scaling lora_alpha alone would not scale them all")
     cfg["lora_alpha"] = cfg["lora_alpha"] * scale
+    cfg["alpha_pattern"] = {k: v * scale for k, v in (cfg.get("alpha_pattern") or {}).items()}
     cfg_path.write_text(json.dumps(cfg, indent=2), encoding="utf-8")
     return dest
 

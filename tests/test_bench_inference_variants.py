@@ -1,11 +1,10 @@
 """bench/inference_variants.py: the scaled variant's adapter is the trained LoRA update times the scale, as peft
-loads it (the base's output plus scale times the adapter's change to it), and the copy leaves checkpoints out."""
+loads it (the base's output plus scale times the adapter's change to it), per-module alphas included, and the copy
+leaves checkpoints out."""
 
 import json
 import sys
 from pathlib import Path
-
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
@@ -68,10 +67,10 @@ def test_scaled_copy_scales_the_lora_update_and_leaves_checkpoints_out(tmp_path)
     assert not torch.allclose(half, tuned)
 
 
-def test_scaled_copy_refuses_per_module_alphas(tmp_path):
+def test_scaled_copy_scales_per_module_alphas_too(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "alpha_pattern": {"q_proj": 16}}))
     (tmp_path / "out").mkdir()
-    with pytest.raises(SystemExit, match="per-module alphas"):
-        inference_variants.scaled_copy(run, 0.5, tmp_path / "out")
+    cfg = json.loads((inference_variants.scaled_copy(run, 0.5, tmp_path / "out") / "adapter_config.json").read_text())
+    assert cfg["lora_alpha"] == 4.0 and cfg["alpha_pattern"] == {"q_proj": 8.0}
