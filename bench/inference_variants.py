@@ -15,6 +15,7 @@ Writes bench/results/inference-variants-<host>.json. Run: `python bench/inferenc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -44,19 +45,16 @@ def scaled_copy(run: Path, scale: float, into: Path) -> Path:
     return dest
 
 
-def evaluate(run: Path, system_prompt: str | None, bench: str | None, split: str, max_new_tokens: int) -> dict:
-    """Greedy answers of `run` (with `system_prompt` in place of the trained one when given) to a bench split."""
+def evaluate(loaded, bench: str | None, split: str, max_new_tokens: int) -> dict:
+    """Greedy answers of a loaded model (`mens.model.inference.LoadedModel`, with the system prompt it carries) to a
+    bench split, through a fresh engine (so no answer is reused from another variant)."""
     from mens.evaluate.bench import load_bench
     from mens.evaluate.local import evaluate_model, select_tasks
     from mens.lang import get_language
     from mens.model.hf_engine import HFEngine
-    from mens.model.inference import load_for_inference
 
     lang = get_language("vox")
     tasks = select_tasks(load_bench(bench), split, None)
-    loaded = load_for_inference(run, device="cpu")
-    if system_prompt is not None:
-        loaded.system_prompt = system_prompt
     started = time.perf_counter()
     report = evaluate_model(HFEngine(loaded, lang), tasks, lang, modes=["greedy"], k=1, max_new_tokens=max_new_tokens)
     tok = loaded.tokenizer
@@ -78,6 +76,7 @@ def main() -> None:
     ap.add_argument("--note", help="What the record is for.")
     args = ap.parse_args()
 
+    from mens.model.inference import load_for_inference
     from mens.train.text import default_system_prompt
 
     state = _json(args.from_dir / "dogfood_state.json")
@@ -86,12 +85,14 @@ def main() -> None:
     splits = {"heldout": (state["config"].get("bench"), "heldout"), "features": (str(FEATURES), "all")}
     variants: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        scaled = scaled_copy(run, args.scale, Path(tmp))
-        for name, path, prompt in (("trained", run, None), ("packaged_prompt", run, default_system_prompt()),
-                                   (f"scaled_{args.scale:g}", scaled, None)):
+        trained = load_for_inference(run, device="cpu")  # each model loaded once, for every split it answers
+        scaled = load_for_inference(scaled_copy(run, args.scale, Path(tmp)), device="cpu")
+        for name, loaded in (("trained", trained),
+                             ("packaged_prompt", dataclasses.replace(trained, system_prompt=default_system_prompt())),
+                             (f"scaled_{args.scale:g}", scaled)):
             variants[name] = {}
             for split_name, (bench, split) in splits.items():
-                variants[name][split_name] = evaluate(path, prompt, bench, split, max_new_tokens)
+                variants[name][split_name] = evaluate(loaded, bench, split, max_new_tokens)
                 print(f"{name} {split_name}: {len(variants[name][split_name]['passed'])} passed", flush=True)
     result = {"bench": "inference_variants", **machine(), "commit": commit(), "seed": state["config"]["seed"],
               **({"note": args.note} if args.note else {}), "run": str(run), "max_new_tokens": max_new_tokens,
