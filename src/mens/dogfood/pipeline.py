@@ -86,8 +86,9 @@ class DogfoodConfig:
     """2 adds a data loop: the round-1 model answers the bench's dev split, task pairs aimed at the categories it
     failed are generated, and training continues from the round-1 adapter (the held-out split stays unseen)."""
     dev_pairs: bool | None = None
-    """Train on the bench's dev split (its tasks with their reference answers, repeated 3x). Default: yes with one
-    round; no with --rounds 2, whose data loop probes the model on the dev split (it must stay unseen there)."""
+    """Train on the bench's dev split (its tasks with their reference answers, each repeated
+    mens.dogfood.stages.DEV_REPEATS times). Default: yes with one round; no with --rounds 2, whose data loop probes
+    the model on the dev split (it must stay unseen there)."""
     renamed_dev: bool = False
     """Each dev-split pair's repeats after the first are renamed copies (mens.corpus.rename): the names the request
     gives, changed alike in the request and the answer, so the model learns to take names from the request."""
