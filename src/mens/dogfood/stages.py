@@ -36,7 +36,7 @@ from mens.run_records import (
 LANGUAGE = "vox"
 DEV_REPEATS = 4.0
 """How often each dev-split pair repeats in the mix: 116 hand-written answers among ~2,100 rows. Measured against
-three and two copies: docs/benchmarks.md ("The dev split four times")."""
+two, three and five copies: docs/benchmarks.md ("The dev split twice", "The dev split four times")."""
 DEV_RENAMED = "bench_dev_renamed.jsonl"
 """The dev split's renamed repeats (DogfoodConfig.renamed_dev)."""
 REQUEST_REPEATS = 1.0
