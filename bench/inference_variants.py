@@ -27,18 +27,16 @@ from machine import REPO, commit, machine
 FEATURES = REPO / "bench" / "features" / "vox_features.jsonl"
 
 
-def _json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def scaled_copy(run: Path, scale: float, into: Path) -> Path:
     """A copy of `run` whose LoRA update is `scale` times the trained one: peft scales each update by its alpha over
     r (or sqrt(r) with rsLoRA), so adapter_config.json's alphas, per-module ones included, are multiplied by `scale`
     and nothing else changes. Checkpoints are left out."""
+    from mens.run_records import read_json
+
     dest = into / run.name
     shutil.copytree(run, dest, ignore=shutil.ignore_patterns("checkpoints"))
     cfg_path = dest / "adapter_config.json"
-    cfg = _json(cfg_path)
+    cfg = read_json(cfg_path)
     cfg["lora_alpha"] = cfg["lora_alpha"] * scale
     cfg["alpha_pattern"] = {k: v * scale for k, v in (cfg.get("alpha_pattern") or {}).items()}
     cfg_path.write_text(json.dumps(cfg, indent=2), encoding="utf-8")
@@ -77,10 +75,11 @@ def main() -> None:
     args = ap.parse_args()
 
     from mens.model.inference import load_for_inference
+    from mens.run_records import read_json
     from mens.train.text import default_system_prompt
 
-    state = _json(args.from_dir / "dogfood_state.json")
-    run = Path(_json(args.from_dir / "dogfood_summary.json")["run"])
+    state = read_json(args.from_dir / "dogfood_state.json")
+    run = Path(read_json(args.from_dir / "dogfood_summary.json")["run"])
     max_new_tokens = state["config"]["max_new_tokens"]
     splits = {"heldout": (state["config"].get("bench"), "heldout"), "features": (str(FEATURES), "all")}
     variants: dict[str, dict] = {}
