@@ -24,6 +24,8 @@ from pathlib import Path
 
 from machine import REPO, commit, machine
 
+from mens.run_records import read_json
+
 FEATURES = REPO / "bench" / "features" / "vox_features.jsonl"
 
 
@@ -31,8 +33,6 @@ def scaled_copy(run: Path, scale: float, into: Path) -> Path:
     """A copy of `run` whose LoRA update is `scale` times the trained one: peft scales each update by its alpha over
     r (or sqrt(r) with rsLoRA), so adapter_config.json's alphas, per-module ones included, are multiplied by `scale`
     and nothing else changes. Checkpoints are left out."""
-    from mens.run_records import read_json
-
     dest = into / run.name
     shutil.copytree(run, dest, ignore=shutil.ignore_patterns("checkpoints"))
     cfg_path = dest / "adapter_config.json"
@@ -75,7 +75,6 @@ def main() -> None:
     args = ap.parse_args()
 
     from mens.model.inference import load_for_inference
-    from mens.run_records import read_json
     from mens.train.text import default_system_prompt
 
     state = read_json(args.from_dir / "dogfood_state.json")
