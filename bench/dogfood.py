@@ -10,6 +10,8 @@ a recipe is judged on the held-out and features splits before the confirmation s
 split's record also counts the training rows that share one of its reference answers' code or nearly copy one of its
 prompts (dogfood itself keeps such rows away from the held-out split only).
 Run: `python bench/dogfood.py [--quick] [--seed N] [--confirm] [--features] [--from-dir D [--wall-s S]] [--note TEXT]`.
+`--from-dir D --add-to RECORD --confirm` adds a split to a finished run's record without evaluating again the splits
+it already holds (reading the confirmation split once, after a recipe was judged on the other two).
 """
 
 from __future__ import annotations
@@ -122,6 +124,31 @@ def record(out_dir: Path, wall_s: float | None, quick: bool, note: str | None = 
     }
 
 
+SPLITS = {"features": FEATURES, "confirm": CONFIRM}
+IDENTITY_TRAIN_KEYS = ("steps", "first_loss", "final_loss")
+"""What `record` copies from the training run that tells one run from another of the same seed and data."""
+
+
+def add_splits(rec: dict, out_dir: Path, env: dict, names: list[str]) -> list[str]:
+    """Add to `rec` (a record of the run in out_dir) each split in `names` it does not hold yet; returns those added.
+    Refuses a record of another run: its seed, held-out split, training rows, and the training run's steps and
+    losses must be the directory's."""
+    state = _json(out_dir / "dogfood_state.json")
+    split = _json(out_dir / "data" / "heldout_split.json")
+    run = _json(Path(_json(out_dir / "dogfood_summary.json")["run"]) / "run_summary.json")
+    mine = {"seed": state["config"]["seed"], "heldout_tasks": split["heldout_tasks"], "training_rows": split["kept"],
+            **{k: run.get(k) for k in IDENTITY_TRAIN_KEYS}}
+    theirs = {**{k: rec.get(k) for k in ("seed", "heldout_tasks", "training_rows")},
+              **{k: (rec.get("train") or {}).get(k) for k in IDENTITY_TRAIN_KEYS}}
+    if theirs != mine:
+        raise SystemExit(f"bench/dogfood.py: the record is not of the run in {out_dir}: it has {theirs}, the run "
+                         f"{mine}; pass the record written for that directory")
+    added = [name for name in names if name not in rec]
+    for name in added:
+        rec[name] = split_eval(out_dir, env, SPLITS[name], name)
+    return added
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -136,11 +163,26 @@ def main() -> None:
     ap.add_argument("--wall-s", type=float, help="With --from-dir: the command's wall time, timed by whoever ran it "
                     "(`scripts/mens dogfood` from the start, venv build included).")
     ap.add_argument("--note", help="What the record is for (the change it measures, how it was run).")
+    ap.add_argument("--add-to", type=Path, help="With --from-dir: a record of that run to add --features/--confirm "
+                    "to (splits it holds are not evaluated again); written back in place unless --output is given.")
     args = ap.parse_args()
     if args.wall_s is not None and not args.from_dir:
         ap.error("--wall-s goes with --from-dir: a run this script starts is timed here")
-    wall = None if args.wall_s is None else round(args.wall_s, 1)  # as a run this script times
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    names = [name for name, on in (("features", args.features), ("confirm", args.confirm)) if on]
+    if args.add_to:
+        if not args.from_dir or not names or args.wall_s is not None or args.note:
+            ap.error("--add-to goes with --from-dir and --features and/or --confirm (the record keeps its own "
+                     "wall time and note)")
+        rec = _json(args.add_to)
+        added = add_splits(rec, args.from_dir, env, names)
+        dest = args.output or args.add_to
+        dest.write_text(json.dumps(rec, indent=2) + "\n", encoding="utf-8")
+        kept = [name for name in names if name not in added]
+        print(f"wrote {dest}: added {', '.join(added) or 'nothing'}"
+              + (f"; {', '.join(kept)} already there, not evaluated again" if kept else ""), file=sys.stderr)
+        return
+    wall = None if args.wall_s is None else round(args.wall_s, 1)  # as a run this script times
     if args.from_dir:
         out_dir = args.from_dir
     else:
@@ -151,10 +193,8 @@ def main() -> None:
                        check=True, env=env)
         wall = round(time.time() - t0, 1)
     result = record(out_dir, wall, args.quick, args.note)
-    if args.features:
-        result["features"] = split_eval(out_dir, env, FEATURES, "features")
-    if args.confirm:
-        result["confirm"] = split_eval(out_dir, env, CONFIRM, "confirm")
+    for name in names:
+        result[name] = split_eval(out_dir, env, SPLITS[name], name)
     name = f"dogfood{'-quick' if args.quick else ''}-{socket.gethostname()}.json"
     dest = args.output or REPO / "bench" / "results" / name
     dest.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

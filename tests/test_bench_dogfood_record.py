@@ -101,3 +101,37 @@ def test_training_rows_that_reach_another_writers_split_are_counted_by_reason(tm
     out = tmp_path / "df"
     _write(out / "data" / "train.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
     assert dogfood_bench.training_overlap(out, bench) == {"same_code": 1, "near_duplicate_prompt": 1}
+
+
+def test_a_split_is_added_to_the_runs_own_record_and_held_splits_are_not_evaluated_again(tmp_path, monkeypatch):
+    """--add-to: the confirmation split joins a record that holds the features split; the features split is not
+    answered again, and a record of another run (another seed) is refused."""
+    out = tmp_path / "df"
+    _write(out / "dogfood_state.json", {"config": {"seed": 2}})
+    _write(out / "data" / "heldout_split.json", {"heldout_tasks": 60, "kept": 2073, "dropped": 0})
+    _write(out / "dogfood_summary.json", {"run": str(out / "run")})
+    _write(out / "run" / "run_summary.json", {"steps": 719, "first_loss": 1.9, "final_loss": 0.11, "val_loss": 0.2})
+    train = {"steps": 719, "first_loss": 1.9, "final_loss": 0.11}
+    asked = []
+
+    def fake_split_eval(out_dir, env, bench, name):
+        asked.append((name, bench))
+        return {"tasks": 60, "pass_at_1": 0.75}
+
+    monkeypatch.setattr(dogfood_bench, "split_eval", fake_split_eval)
+    features = {"tasks": 60, "pass_at_1": 0.6}
+    rec = {"seed": 2, "heldout_tasks": 60, "training_rows": 2073, "train": train, "features": features}
+    added = dogfood_bench.add_splits(rec, out, {}, ["features", "confirm"])
+    assert added == ["confirm"] and asked == [("confirm", dogfood_bench.CONFIRM)]
+    assert rec["features"] is features and rec["confirm"] == {"tasks": 60, "pass_at_1": 0.75}
+    other_seed = {"seed": 0, "heldout_tasks": 60, "training_rows": 2073, "train": train}
+    other_run = {"seed": 2, "heldout_tasks": 60, "training_rows": 2073, "train": {**train, "final_loss": 0.12}}
+    for other, seen in ((other_seed, "'seed': 0"), (other_run, "'final_loss': 0.12")):
+        try:
+            dogfood_bench.add_splits(other, out, {}, ["confirm"])
+        except SystemExit as e:
+            assert "not of the run" in str(e) and seen in str(e)
+        else:
+            raise AssertionError(f"a record of another run was accepted: {other}")
+        assert "confirm" not in other
+    assert len(asked) == 1
