@@ -55,7 +55,21 @@ def split_eval(out_dir: Path, env: dict, bench: Path, name: str) -> dict:
             "modes": {name: {"nonempty_parse_rate": mm["nonempty_parse_rate"], "pass_at_1": mm["pass_at_1"]}
                       for name, mm in report.get("modes", {}).items()},
             "failures_by_category": m.get("failures_by_category"),
+            # The confirmation split's tasks are never listed: its totals are read once per finished recipe, and a
+            # list of the tasks a run missed there is what a recipe could be tuned to.
+            **({} if bench == CONFIRM else {"failed_tasks": failed_tasks(report)}),
             "training_rows_overlapping": training_overlap(out_dir, bench)}
+
+
+def failed_tasks(report: dict) -> dict[str, str]:
+    """Each task the report's first decoding mode (greedy in dogfood) failed, by id, with the category of its first
+    failure: what lets two runs be paired task by task (bench/paired_tasks.py), not only by their totals."""
+    failed = {}
+    for r in report.get("results", []):
+        bad = next((s for s in r["samples"] if not s["pass"]), None)
+        if bad is not None:
+            failed[r["id"]] = bad["failures"][0]["category"] if bad["failures"] else "unknown"
+    return dict(sorted(failed.items()))
 
 
 def training_overlap(out_dir: Path, bench: Path) -> dict:
@@ -121,6 +135,7 @@ def record(out_dir: Path, wall_s: float | None, quick: bool, note: str | None = 
         "budget": _json(out_dir / "data" / "budget.json") if (out_dir / "data" / "budget.json").is_file() else None,
         "summary_budget": summary.get("budget"),
         "failures_by_category": bench["metrics"].get("failures_by_category"),
+        "failed_tasks": failed_tasks(bench),
     }
 
 

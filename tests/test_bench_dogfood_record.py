@@ -78,8 +78,9 @@ def test_another_writers_split_is_answered_in_the_runs_modes_and_token_limit(tmp
     assert f_cmd[f_cmd.index("-o") + 1] == str(out / "eval" / "features_results.json")
     assert c_cmd[c_cmd.index("-o") + 1] == str(out / "eval" / "confirm_results.json")
     assert features["tasks"] == 60 and features["modes"]["constrained"]["pass_at_1"] == 0.75
-    assert {k: v for k, v in features.items() if k != "training_rows_overlapping"} == \
+    assert {k: v for k, v in features.items() if k not in ("training_rows_overlapping", "failed_tasks")} == \
         {k: v for k, v in confirm.items() if k != "training_rows_overlapping"}
+    assert features["failed_tasks"] == {} and "failed_tasks" not in confirm  # never the confirmation split's tasks
     assert features["training_rows_overlapping"] == confirm["training_rows_overlapping"] == \
         {"same_code": 0, "near_duplicate_prompt": 0}
     assert dogfood_bench.FEATURES.is_file() and dogfood_bench.CONFIRM.is_file()
