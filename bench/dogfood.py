@@ -62,13 +62,14 @@ def split_eval(out_dir: Path, env: dict, bench: Path, name: str) -> dict:
 
 
 def failed_tasks(report: dict) -> dict[str, str]:
-    """Each task the report's first decoding mode (greedy in dogfood) failed, by id, with the category of its first
-    failure: what lets two runs be paired task by task (bench/paired_tasks.py), not only by their totals."""
+    """Each task whose first answer in the report's first decoding mode (dogfood's one greedy answer) failed, by id,
+    with the category of its first failure: what lets two runs be paired task by task (bench/paired_tasks.py), not
+    only by their totals."""
     failed = {}
     for r in report.get("results", []):
-        bad = next((s for s in r["samples"] if not s["pass"]), None)
-        if bad is not None:
-            failed[r["id"]] = bad["failures"][0]["category"] if bad["failures"] else "unknown"
+        first = r["samples"][0] if r.get("samples") else None
+        if first is not None and not first["pass"]:
+            failed[r["id"]] = first["failures"][0]["category"] if first["failures"] else "unknown"
     return dict(sorted(failed.items()))
 
 

@@ -84,3 +84,6 @@ def test_dogfood_records_list_failed_tasks_except_on_the_confirmation_split(tmp_
     assert dogfood_bench.split_eval(out, {}, dogfood_bench.FEATURES, "features")["failed_tasks"] == {"t2": "name"}
     assert "failed_tasks" not in dogfood_bench.split_eval(out, {}, dogfood_bench.CONFIRM, "confirm")
     assert dogfood_bench.failed_tasks({"results": results}) == {"t2": "name"}
+    # pass@1 is the first answer's: a task whose later sample failed is not listed, one whose first did is
+    assert dogfood_bench.failed_tasks({"results": [{"id": "t3", "samples": [ok, bad]},
+                                                   {"id": "t4", "samples": [bad, ok]}]}) == {"t4": "name"}
