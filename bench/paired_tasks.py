@@ -47,7 +47,7 @@ def pair(base: dict, arm: dict) -> dict:
 
 
 def summed(pairs: list[dict]) -> dict:
-    """Gained and lost counted over every pair, per split that each pair holds."""
+    """Gained and lost counted over every pair, per split that each pair holds (other keys are ignored)."""
     out = {}
     for split in SPLITS:
         if not pairs or not all(split in p for p in pairs):
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"seed {base.get('seed')} {split}: net {q['net']:+d} (gained {len(q['gained'])}: "
                       f"{', '.join(q['gained']) or '-'}; lost {len(q['lost'])}: {', '.join(q['lost']) or '-'}); "
                       f"sign test p {q['sign_test_p']}")
-    total = summed([{k: v for k, v in p.items() if k in SPLITS} for p in pairs])
+    total = summed(pairs)
     for split, q in total.items():
         print(f"all seeds {split}: net {q['net']:+d} (gained {q['gained']}, lost {q['lost']}); "
               f"sign test p {q['sign_test_p']}")
