@@ -39,6 +39,16 @@ def record_path(work: Path, tag: str, seed: int) -> Path:
     return work / f"dogfood-{tag}-seed{seed}.json"
 
 
+def clone_path(work: Path, tag: str, seed: int) -> Path:
+    return work / f"run-{tag}-{seed}"
+
+
+def _bench_dogfood(clone: Path, args: list[str], env: dict, out) -> int:
+    """bench/dogfood.py on the clone's finished `df` directory, with the clone's own venv; its exit status."""
+    return subprocess.run([str(clone / ".venv" / "bin" / "python"), "bench/dogfood.py", "--from-dir", "df", *args],
+                          cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+
+
 def _status(work: Path, line: str) -> None:
     with open(work / "status.log", "a", encoding="utf-8") as f:
         f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
@@ -62,7 +72,8 @@ def run_seed(repo: Path, commit: str, tag: str, seed: int, work: Path, note: str
     record = record_path(work, tag, seed)
     if record.exists():
         raise PairedRunError(f"{record} exists: a finished run's record is never overwritten; move it or pick a tag")
-    clone, log = work / f"run-{tag}-{seed}", work / f"run-{tag}-{seed}.log"
+    clone = clone_path(work, tag, seed)
+    log = clone.with_name(clone.name + ".log")
     shutil.rmtree(clone, ignore_errors=True)
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
     subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
@@ -76,9 +87,7 @@ def run_seed(repo: Path, commit: str, tag: str, seed: int, work: Path, note: str
         _status(work, f"{tag} seed {seed} dogfood rc={rc} wall={wall}")
         if rc:
             raise PairedRunError(f"mens dogfood failed (exit {rc}) for {tag} seed {seed}: see {log}")
-        rc = subprocess.run([str(clone / ".venv" / "bin" / "python"), "bench/dogfood.py", "--from-dir", "df",
-                             "--wall-s", str(wall), *splits, "--note", note, "--output", str(record)],
-                            cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+        rc = _bench_dogfood(clone, ["--wall-s", str(wall), *splits, "--note", note, "--output", str(record)], env, out)
     _status(work, f"{tag} seed {seed} record rc={rc}")
     if rc:
         raise PairedRunError(f"recording {tag} seed {seed} failed (exit {rc}): see {log}")
@@ -87,16 +96,14 @@ def run_seed(repo: Path, commit: str, tag: str, seed: int, work: Path, note: str
 
 def confirm_seed(tag: str, seed: int, work: Path, avx2_cap: bool = False) -> Path:
     """Adds the confirmation split to a finished run's record, in the run's own clone; refuses a second reading."""
-    record, clone = record_path(work, tag, seed), work / f"run-{tag}-{seed}"
+    record, clone = record_path(work, tag, seed), clone_path(work, tag, seed)
     if not record.exists() or not (clone / "df").is_dir():
         raise PairedRunError(f"no finished run for {tag} seed {seed} under {work}: `run` it first")
     if "confirm" in json.loads(record.read_text(encoding="utf-8")):
         raise PairedRunError(f"{record} already holds the confirmation split: it is read once per run")
     _status(work, f"confirm {tag} {seed} start")
     with open(work / f"confirm-{tag}-{seed}.log", "a", encoding="utf-8") as out:
-        rc = subprocess.run([str(clone / ".venv" / "bin" / "python"), "bench/dogfood.py", "--from-dir", "df",
-                             "--add-to", str(record), "--confirm", "--output", str(record)],
-                            cwd=clone, env=_env(avx2_cap), stdout=out, stderr=subprocess.STDOUT).returncode
+        rc = _bench_dogfood(clone, ["--add-to", str(record), "--confirm", "--output", str(record)], _env(avx2_cap), out)
     _status(work, f"confirm {tag} {seed} rc={rc}")
     if rc:
         raise PairedRunError(f"the confirmation split failed (exit {rc}) for {tag} seed {seed}: see {out.name}")
