@@ -147,8 +147,8 @@ IDENTITY_TRAIN_KEYS = ("steps", "first_loss", "final_loss")
 
 def add_splits(rec: dict, out_dir: Path, env: dict, names: list[str]) -> list[str]:
     """Add to `rec` (a record of the run in out_dir) each split in `names` it does not hold yet; returns those added.
-    Refuses a record of another run: its seed, held-out split, training rows, and the training run's steps and
-    losses must be the directory's."""
+    Refuses a record of another run (its seed, held-out split, training rows, and the training run's steps and
+    losses must be the directory's), and a second reading of the confirmation split."""
     state = _json(out_dir / "dogfood_state.json")
     split = _json(out_dir / "data" / "heldout_split.json")
     run = _json(Path(_json(out_dir / "dogfood_summary.json")["run"]) / "run_summary.json")
@@ -159,6 +159,11 @@ def add_splits(rec: dict, out_dir: Path, env: dict, names: list[str]) -> list[st
     if theirs != mine:
         raise SystemExit(f"bench/dogfood.py: the record is not of the run in {out_dir}: it has {theirs}, the run "
                          f"{mine}; pass the record written for that directory")
+    if "confirm" in names and "confirm" in rec:
+        # The confirmation split is read once per finished recipe; a second reading, even one that would only be
+        # skipped, means a rule is being judged again on numbers already seen.
+        raise SystemExit("bench/dogfood.py: the record already holds the confirmation split, which is read once per "
+                         "run; leave out --confirm to add the other splits")
     added = [name for name in names if name not in rec]
     for name in added:
         rec[name] = split_eval(out_dir, env, SPLITS[name], name)
@@ -180,7 +185,8 @@ def main() -> None:
                     "(`scripts/mens dogfood` from the start, venv build included).")
     ap.add_argument("--note", help="What the record is for (the change it measures, how it was run).")
     ap.add_argument("--add-to", type=Path, help="With --from-dir: a record of that run to add --features/--confirm "
-                    "to (splits it holds are not evaluated again); written back in place unless --output is given.")
+                    "to (splits it holds are not evaluated again; --confirm on a record that holds the "
+                    "confirmation split is refused); written back in place unless --output is given.")
     args = ap.parse_args()
     if args.wall_s is not None and not args.from_dir:
         ap.error("--wall-s goes with --from-dir: a run this script starts is timed here")

@@ -106,7 +106,7 @@ def test_training_rows_that_reach_another_writers_split_are_counted_by_reason(tm
 
 def test_a_split_is_added_to_the_runs_own_record_and_held_splits_are_not_evaluated_again(tmp_path, monkeypatch):
     """--add-to: the confirmation split joins a record that holds the features split; the features split is not
-    answered again, and a record of another run (another seed) is refused."""
+    answered again, a record of another run (another seed) is refused, and so is a second confirmation reading."""
     out = tmp_path / "df"
     _write(out / "dogfood_state.json", {"config": {"seed": 2}})
     _write(out / "data" / "heldout_split.json", {"heldout_tasks": 60, "kept": 2073, "dropped": 0})
@@ -136,3 +136,13 @@ def test_a_split_is_added_to_the_runs_own_record_and_held_splits_are_not_evaluat
             raise AssertionError(f"a record of another run was accepted: {other}")
         assert "confirm" not in other
     assert len(asked) == 1
+    held = json.dumps(rec)
+    for names in (["confirm"], ["features", "confirm"]):
+        try:
+            dogfood_bench.add_splits(rec, out, {}, names)
+        except SystemExit as e:
+            assert "already holds the confirmation split" in str(e)
+        else:
+            raise AssertionError(f"the confirmation split was read a second time with {names}")
+    assert json.dumps(rec) == held and len(asked) == 1
+    assert dogfood_bench.add_splits(rec, out, {}, ["features"]) == [] and len(asked) == 1
