@@ -4,6 +4,8 @@ sliding windows inside an example, the model's own attention kept wherever it do
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import sys
 
 import pytest
 import torch
@@ -24,6 +26,8 @@ from mens.train.segment_attention import (
 from mens.train.text import IGNORE, Example
 
 NULL = contextlib.nullcontext
+needs_varlen = pytest.mark.skipif(importlib.util.find_spec("torch.nn.attention.varlen") is None,
+                                  reason=f"torch {torch.__version__} has no torch.nn.attention.varlen (torch >= 2.10)")
 
 
 def _rows(seed: int = 1, lengths=((5, 11, 4), (13, 9))) -> list[list[Example]]:
@@ -209,6 +213,7 @@ def _reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, **kw):
     return _reference_varlen_qk(q, k, v, cu_q, cu_k, max_q, max_k, **kw)
 
 
+@needs_varlen
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])
 def test_the_cuda_form_hands_varlen_attention_the_flattened_examples(arch, monkeypatch):
     """The CUDA branch's layout, boundaries and window on CPU, with a reference in varlen_attn's place: the same
@@ -229,6 +234,7 @@ def test_the_cuda_form_hands_varlen_attention_the_flattened_examples(arch, monke
     assert (got - want).abs().max() <= 0.02 * want.abs().max()
 
 
+@needs_varlen
 def test_the_probe_keeps_the_models_attention_when_examples_would_see_each_other(monkeypatch):
     """A varlen kernel that ignores the boundaries (the flattened batch attended as one sequence) fails the binding
     probe: rounding is a few percent of the logits' scale at most, a leak about all of it."""
@@ -259,6 +265,7 @@ def test_the_shared_layout_is_bound_within_rounding_and_refused_beyond(monkeypat
     assert ("differs on a probe" in note) != shared
 
 
+@needs_varlen
 def test_the_cuda_form_refuses_f32_and_dropout(monkeypatch):
     monkeypatch.setattr(segment_attention, "_use_flash", lambda q: True)
     q = torch.randn(1, 2, 4, 8)
@@ -270,6 +277,7 @@ def test_the_cuda_form_refuses_f32_and_dropout(monkeypatch):
         segment_attention_forward(module, q.bfloat16(), q.bfloat16(), q.bfloat16(), None, dropout=0.1)
 
 
+@needs_varlen
 def test_the_cuda_form_takes_an_f32_models_attention_in_autocasts_dtype(monkeypatch):
     """An f32 model under bf16 autocast hands attention f32 queries (its rotary cos/sin are f32): the CUDA form
     computes in autocast's dtype, as sdpa would, instead of refusing."""
@@ -287,6 +295,7 @@ def test_the_cuda_form_takes_an_f32_models_attention_in_autocasts_dtype(monkeypa
     assert got.dtype == torch.bfloat16 and torch.equal(got, want)
 
 
+@needs_varlen
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])
@@ -304,6 +313,19 @@ def test_cuda_keeps_the_models_attention_where_it_drops_attention_out():
     model.config.attention_dropout = 0.1
     own, note = bind_segment_attention(model, "cuda", NULL, 300)  # refused before anything runs on the device
     assert own is None and note == "kept sdpa attention: flash varlen attention has no attention dropout"
+
+
+def test_cuda_without_varlen_attention_keeps_the_block_mask_and_says_why(monkeypatch):
+    """torch before 2.10 has no varlen flash attention: the run keeps the model's attention, and the preflight
+    note names the torch that lacks it, before anything runs on the device."""
+    import torch.nn.attention as attention
+
+    if hasattr(attention, "varlen"):
+        monkeypatch.delattr(attention, "varlen")
+    monkeypatch.setitem(sys.modules, "torch.nn.attention.varlen", None)  # the import fails as on torch < 2.10
+    own, note = bind_segment_attention(_model("llama"), "cuda", NULL, 300)
+    assert own is None and note.startswith("kept sdpa attention over the block mask: torch ")
+    assert "has no varlen flash attention" in note
 
 
 # ---- a micro-batch's common prompt prefix, computed once (packing.collate_shared) ----
@@ -398,6 +420,7 @@ def test_sharing_is_not_bound_when_switched_off_and_is_dropped_on_restore(monkey
                                   shared_prefix_len=3, shared_prefix_end=6)
 
 
+@needs_varlen
 def test_the_cuda_form_calls_a_varlen_attn_without_enable_gqa_as_torch_2_11_has_it(monkeypatch):
     """torch 2.11's varlen_attn takes no `enable_gqa` (its flash kernel serves fewer key heads by itself); torch
     2.13's asks for it. Grouped-query keys reach either, and give the same attention."""
@@ -420,6 +443,7 @@ def test_the_cuda_form_calls_a_varlen_attn_without_enable_gqa_as_torch_2_11_has_
     assert torch.equal(*outs)
 
 
+@needs_varlen
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])
 def test_the_cuda_form_of_a_shared_prefix_gives_the_per_example_loss_and_gradients(arch, monkeypatch):
     """The CUDA branch's gathered keys on CPU, with a reference in varlen_attn's place (bf16): the loss and
@@ -439,6 +463,7 @@ def test_the_cuda_form_of_a_shared_prefix_gives_the_per_example_loss_and_gradien
     _assert_same_training_in_half_precision(ref, shared, rows, "cpu", NULL)
 
 
+@needs_varlen
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("arch", ["qwen2", "gemma3_text"])

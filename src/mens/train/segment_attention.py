@@ -226,13 +226,16 @@ def bind_segment_attention(model, device: str, autocast, vocab: int) -> tuple[st
     if own not in ("sdpa", "eager") or has_recurrent_layers(base) or not hasattr(base, "set_attn_implementation"):
         return None, None
     if cuda:
-        try:
-            from torch.nn.attention import varlen  # noqa: F401  (torch >= 2.10)
-        except ImportError:
-            return None, None
         text = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
         if float(getattr(text, "attention_dropout", 0.0) or 0.0) > 0:
             return None, f"kept {own} attention: flash varlen attention has no attention dropout"
+        try:
+            from torch.nn.attention import varlen  # noqa: F401  (torch >= 2.10)
+        except ImportError:
+            import torch
+
+            return None, (f"kept {own} attention over the block mask: torch {torch.__version__} has no varlen "
+                          "flash attention (torch >= 2.10 has it: docs/gpu.md)")
     register()
     try:
         diff = _probe(model, base, own, device, autocast, vocab)
