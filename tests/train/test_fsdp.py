@@ -22,6 +22,8 @@ from mens.train.distributed import Dist
 from mens.train.fsdp import decide
 from mens.train.loop import lockstep_passes
 
+needs_sum_only = pytest.mark.skipif(fsdp.torch_sharding_problem() is not None,
+                                    reason=str(fsdp.torch_sharding_problem()))
 WEIGHTS = {"lora": "adapter_model.safetensors", "qlora": "adapter_model.safetensors", "full": "model.safetensors"}
 # Max abs weight difference from one process after 4 steps at lr 1e-2. LoRA: as the replicated (DDP) test.
 # Full: Adam's first steps divide ~1e-7 gradient differences (another summation order) by sqrt(v) of tiny
@@ -64,6 +66,27 @@ def test_qlora_is_never_sharded_on_cuda():
         False, "ddp-allreduce over 2 processes (--fsdp auto: a 4-bit base is never sharded on CUDA)")
     with pytest.raises(ConfigError, match="--fsdp on with --backend qlora"):
         choose("on", device="cuda:1", backend="qlora", **kw)
+
+
+def test_a_torch_whose_fsdp2_cannot_sum_gradients_is_refused_or_replicated(monkeypatch):
+    """torch 2.6's FSDP2 lacks the calls that make it sum gradients: --fsdp on says so before sharding anything,
+    auto keeps every rank replicated and says why; a run that would not shard is untouched."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for name in fsdp.SUM_ONLY:
+        if hasattr(FSDPModule, name):
+            monkeypatch.delattr(FSDPModule, name)
+    kw = dict(world=2, device="cpu", model_config={}, backend="lora", r=4, seq_len=64, batch_size=1,
+              gradient_checkpointing=False)
+    with pytest.raises(ConfigError, match="--fsdp on: torch .*'s FSDP2 has no set_gradient_divide_factor or "
+                                          "set_force_sum_reduction_for_comms.*--fsdp off"):
+        fsdp.choose("on", **kw)
+    monkeypatch.setattr(fsdp, "process_memory_gb", lambda device: 0.001)  # auto would shard: nothing fits
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300}
+    shard, why = fsdp.choose("auto", **{**kw, "model_config": config})
+    assert not shard and why.startswith("ddp-allreduce over 2 processes (--fsdp auto would shard, but torch ")
+    assert fsdp.choose("off", **kw) == (False, "ddp-allreduce over 2 processes (--fsdp off)")
 
 
 def test_lockstep_passes_follow_rank0_share():
@@ -138,6 +161,7 @@ def _optimizer_diff(a_path: Path, b_path: Path) -> float:
     return diff
 
 
+@needs_sum_only
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["lora", "qlora", "full"])
 def test_fsdp_two_processes_match_single_and_resume(backend, data_dir, tmp_path, tiny_model_dir):
@@ -185,6 +209,7 @@ def test_fsdp_two_processes_match_single_and_resume(backend, data_dir, tmp_path,
     assert resumed <= 1e-6, resumed
 
 
+@needs_sum_only
 @pytest.mark.slow
 def test_fsdp_uneven_shares_stay_in_lockstep(tmp_path, tiny_model_dir):
     """41 records give 35 training rows, so the epoch's last step has 3 (rank 1 runs one micro-batch fewer), and 5

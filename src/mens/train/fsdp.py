@@ -52,9 +52,39 @@ def quantized_sharding_problem(backend: str, mode: str, device: str) -> str | No
     return None
 
 
+SUM_ONLY = ("set_gradient_divide_factor", "set_force_sum_reduction_for_comms")
+"""What `shard_model` calls on every FSDP2 module so that gradients are summed over ranks (the module docstring)."""
+
+
+def torch_sharding_problem() -> str | None:
+    """Why this torch's FSDP2 cannot keep the loop's summed gradients, or None: torch 2.6's `FSDPModule` lacks both
+    of SUM_ONLY (2.13 has them), and without them a sharded run would average gradients or fail on gloo."""
+    import torch
+    from torch.distributed.fsdp import FSDPModule
+
+    missing = [name for name in SUM_ONLY if not hasattr(FSDPModule, name)]
+    if not missing:
+        return None
+    return (f"torch {torch.__version__}'s FSDP2 has no {' or '.join(missing)}, which a sharded run needs to sum "
+            "gradients over ranks (torch 2.13 has both)")
+
+
 def choose(mode: str, *, world: int, device: str, model_config: dict, backend: str, r: int, seq_len: int,
            batch_size: int, gradient_checkpointing: bool) -> tuple[bool, str]:
-    """`decide`, with the replicated run's memory estimate (`mens probe`'s) worked out only when "auto" needs it."""
+    """`decide`, with the replicated run's memory estimate (`mens probe`'s) worked out only when "auto" needs it.
+    On a torch whose FSDP2 cannot sum gradients, --fsdp on is refused and auto keeps every rank replicated."""
+    shard, why = _choose(mode, world=world, device=device, model_config=model_config, backend=backend, r=r,
+                         seq_len=seq_len, batch_size=batch_size, gradient_checkpointing=gradient_checkpointing)
+    if shard and (problem := torch_sharding_problem()):
+        if mode == "on":
+            raise ConfigError(f"--fsdp on: {problem}; expected a newer torch, or --fsdp off (each process holds "
+                              "the whole model and gradients are all-reduced)")
+        return False, f"ddp-allreduce over {world} processes (--fsdp auto would shard, but {problem})"
+    return shard, why
+
+
+def _choose(mode: str, *, world: int, device: str, model_config: dict, backend: str, r: int, seq_len: int,
+            batch_size: int, gradient_checkpointing: bool) -> tuple[bool, str]:
     if world > 1 and (problem := quantized_sharding_problem(backend, mode, device)):
         raise ConfigError(problem)
     if world > 1 and mode == "auto" and backend == "qlora" and device.startswith("cuda"):
